@@ -1,0 +1,1 @@
+"""SAPO Swarm desktop app (PySide6). Talks to the engine only through its event/command channel."""

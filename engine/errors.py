@@ -1,0 +1,10 @@
+"""The one exception type a user sees.
+
+Anything raised as ``SapoError`` is a problem with the user's input or environment
+(bad config, missing model, unreachable relay, ...). The CLI prints its message as a
+single line on stderr and exits non-zero; every other exception is a bug.
+"""
+
+
+class SapoError(Exception):
+    """A user-facing error with a one-line, actionable message."""

@@ -1,0 +1,1 @@
+"""The self-hostable SAPO Swarm websocket relay, and the wire protocol it shares with the engine."""
