@@ -1,0 +1,221 @@
+"""Questions from reasoning-gym: task mixes, presets, seed streams, the held-out set, prompts.
+
+Every question carries a ``TaskSpec`` (dataset, config, seed, index) from which
+reasoning-gym regenerates exactly the same question and answer, on this node or any
+other: reasoning-gym seeds item ``i`` of a dataset with ``Random(seed + i)``.
+
+Seed streams. Each node draws from its own stream: per task a 63-bit seed derived from
+the node id and the user's seed, and a counter that only moves forward and is saved with
+every checkpoint. Seeds are hashed, so two nodes' ``seed + i`` ranges never overlap in
+practice. The held-out set uses seeds from a fixed namespace shared by every node (so
+evaluations are comparable across the swarm), and its questions are never drawn for
+training: a training draw whose question text is in the held-out set is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import reasoning_gym
+
+from engine.errors import SapoError
+from relay.protocol import TaskSpec
+
+# The nine tasks of the paper's controlled experiment, on reasoning-gym's defaults.
+PAPER_TASKS = (
+    "base_conversion",
+    "basic_arithmetic",
+    "arc_1d",
+    "bf",
+    "propositional_logic",
+    "fraction_simplification",
+    "decimal_arithmetic",
+    "calendar_arithmetic",
+    "binary_matrix",
+)
+
+# Easy settings for tiny models: SmolLM2-135M scores ~0 on the defaults. Chosen from
+# measured greedy/sampled accuracy (docs/BENCHMARKS.md): hard enough to leave room to
+# learn, easy enough to give a reward signal at temperature 1.
+EASY_CONFIGS: dict[str, dict[str, Any]] = {
+    "basic_arithmetic": {
+        "min_terms": 2,
+        "max_terms": 3,
+        "min_digits": 1,
+        "max_digits": 1,
+        "operators": ["+", "-"],
+        "allow_parentheses": False,
+        "allow_negation": False,
+    },
+    "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+    "base_conversion": {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 8},
+    "calendar_arithmetic": {"tasks": ["is_leap_year"]},
+    "fraction_simplification": {"min_value": 1, "max_value": 9, "min_factor": 1, "max_factor": 3, "styles": ["plain"]},
+}
+EASY_WEIGHTS = {"basic_arithmetic": 4.0, "chain_sum": 2.0}
+
+SYSTEM_PROMPT = (
+    "You are a careful problem solver. Think briefly, then give only your final answer "
+    "between <answer> and </answer> tags."
+)
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task of a node's mix: a reasoning-gym dataset, its settings and its weight."""
+
+    dataset: str
+    weight: float = 1.0
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Question:
+    spec: TaskSpec
+    question: str
+    answer: str  # "" where the dataset scores from metadata alone
+    entry: dict[str, Any]  # reasoning-gym's item, what its scorer needs
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts, stable across Python runs (unlike ``hash``)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def known_datasets() -> list[str]:
+    return sorted(reasoning_gym.factory.DATASETS)
+
+
+def build_mix(preset: str, tasks: list[str] | None = None, weights: dict[str, float] | None = None,
+              configs: dict[str, dict[str, Any]] | None = None) -> tuple[TaskEntry, ...]:
+    """The task mix: a preset's tasks and settings, then the user's choices on top."""
+    if preset == "paper":
+        names, base_cfg, base_w = list(PAPER_TASKS), {}, {}
+    elif preset == "easy":
+        names, base_cfg, base_w = list(EASY_CONFIGS), EASY_CONFIGS, EASY_WEIGHTS
+    else:
+        raise SapoError(f"unknown preset {preset!r}: choose 'easy' or 'paper'")
+    names = list(tasks) if tasks else names
+    weights, configs = weights or {}, configs or {}
+    known = set(reasoning_gym.factory.DATASETS)
+    for name in [*names, *weights, *configs]:
+        if name not in known:
+            raise SapoError(f"unknown task {name!r}; see reasoning-gym's list, e.g. {', '.join(PAPER_TASKS[:3])}")
+    if not names:
+        raise SapoError("the task list is empty")
+    mix = []
+    for name in dict.fromkeys(names):
+        weight = float(weights.get(name, base_w.get(name, 1.0)))
+        if not weight > 0:
+            raise SapoError(f"task {name!r}: weight must be > 0, got {weight}")
+        cfg = {**base_cfg.get(name, {}), **configs.get(name, {})}
+        mix.append(TaskEntry(name, weight, cfg))
+    for entry in mix:  # fail now, not mid-run, on settings reasoning-gym rejects
+        try:
+            _dataset(entry.dataset, _config_key(entry.config), 0)
+        except Exception as exc:  # noqa: BLE001 - reasoning-gym raises assorted types
+            raise SapoError(f"task {entry.dataset!r}: invalid settings {entry.config}: {exc}") from None
+    return tuple(mix)
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+@lru_cache(maxsize=256)
+def _dataset(name: str, config_key: str, seed: int) -> Any:
+    # Size only bounds the index; items do not depend on it, and generation is lazy.
+    return reasoning_gym.create_dataset(name, seed=seed, size=2**31 - 1, **json.loads(config_key))
+
+
+def regenerate(spec: TaskSpec) -> Question:
+    """The question and answer a spec stands for, exactly as its author saw them."""
+    ds = _dataset(spec.dataset, _config_key(spec.config), spec.seed)
+    item = ds[spec.index]
+    return Question(spec, item["question"], item["answer"] or "", item)
+
+
+def scorer_for(spec: TaskSpec) -> Any:
+    return _dataset(spec.dataset, _config_key(spec.config), spec.seed)
+
+
+def _spec(entry: TaskEntry, seed: int, index: int) -> TaskSpec:
+    return TaskSpec(dataset=entry.dataset, config=dict(entry.config), seed=seed, index=index)
+
+
+def heldout_set(mix: tuple[TaskEntry, ...], per_task: int) -> list[Question]:
+    """The fixed evaluation questions: the same on every node with the same mix."""
+    return [
+        regenerate(_spec(entry, derive_seed("heldout", entry.dataset, _config_key(entry.config)), i))
+        for entry in mix
+        for i in range(per_task)
+    ]
+
+
+@dataclass
+class StreamState:
+    """Where a node's question stream stands; saved with each checkpoint."""
+
+    draws: int = 0
+    next_index: dict[str, int] = field(default_factory=dict)
+
+
+class QuestionStream:
+    """A node's own, never-repeating stream of training questions."""
+
+    def __init__(self, mix: tuple[TaskEntry, ...], node_id: str, seed: int, heldout: list[Question],
+                 state: StreamState | None = None) -> None:
+        self.mix = mix
+        self.node_id = node_id
+        self.seed = seed
+        self.state = state or StreamState()
+        self._excluded = {q.question for q in heldout}
+
+    def _task_seed(self, entry: TaskEntry) -> int:
+        return derive_seed("train", self.node_id, self.seed, entry.dataset, _config_key(entry.config))
+
+    def draw(self, n: int) -> list[Question]:
+        """Draw n questions, tasks chosen by weight with replacement (as in the paper)."""
+        out = []
+        for _ in range(n):
+            rng = random.Random(derive_seed("pick", self.node_id, self.seed, self.state.draws))
+            entry = rng.choices(self.mix, weights=[e.weight for e in self.mix])[0]
+            self.state.draws += 1
+            out.append(self._next_of(entry))
+        return out
+
+    def _next_of(self, entry: TaskEntry) -> Question:
+        key = f"{entry.dataset}:{_config_key(entry.config)}"
+        seed = self._task_seed(entry)
+        # Bounded: tiny task spaces (one-digit sums) can be mostly held out.
+        for _ in range(1000):
+            index = self.state.next_index.get(key, 0)
+            self.state.next_index[key] = index + 1
+            q = regenerate(_spec(entry, seed, index))
+            if q.question not in self._excluded:
+                return q
+        raise SapoError(f"task {entry.dataset!r}: its settings leave no questions outside the held-out set")
+
+
+def fewshot_messages(entry: TaskEntry, k: int) -> list[dict[str, str]]:
+    """k worked examples of a task, as chat turns, from a seed namespace of their own."""
+    seed = derive_seed("fewshot", entry.dataset, _config_key(entry.config))
+    messages: list[dict[str, str]] = []
+    index = 0
+    while len(messages) < 2 * k and index < 50:
+        q = regenerate(_spec(entry, seed, index))
+        index += 1
+        if q.answer:
+            messages += [{"role": "user", "content": q.question},
+                         {"role": "assistant", "content": f"<answer>{q.answer}</answer>"}]
+    return messages
+
+
+def build_messages(question: str, fewshot: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *fewshot, {"role": "user", "content": question}]

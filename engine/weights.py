@@ -1,0 +1,62 @@
+"""The node's working GGUF: the file both llama.cpp and torch load.
+
+On CPUs, llama.cpp repacks Q4_0 and Q8_0 weights for faster kernels but not Q4_1, so a
+Q4_1 model (the bundled SmolLM2) decodes markedly faster once requantized to Q4_0
+(docs/BENCHMARKS.md has the figures and the effect on reward). The requantized copy is
+cached in the data dir, named by the source's identity, and written atomically.
+Torch must load this same file so that both sides keep identical weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import llama_cpp as lc
+
+from engine.errors import SapoError
+
+FTYPES = {"q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}
+_Q4_1 = lc.LLAMA_FTYPE_MOSTLY_Q4_1
+
+
+def source_ftype(path: Path) -> int:
+    """The file type (quantization) llama.cpp reports, without loading tensors."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    field = reader.fields.get("general.file_type")
+    return int(field.parts[field.data[0]][0]) if field is not None else -1
+
+
+def choose_format(path: Path, weights: str) -> str | None:
+    """Which format to requantize to, or None to use the file as it is."""
+    if weights == "as-is":
+        return None
+    if weights == "auto":
+        return "q4_0" if source_ftype(path) == _Q4_1 else None
+    return weights
+
+
+def working_gguf(source: Path, weights: str, cache_dir: Path) -> Path:
+    fmt = choose_format(source, weights)
+    if fmt is None:
+        return source
+    stat = source.stat()
+    ident = hashlib.sha1(f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir / f"{source.stem}.{fmt}.{ident}.gguf"
+    if out.is_file():
+        return out
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = FTYPES[fmt]
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 1
+    rc = lc.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+    if rc != 0:
+        tmp.unlink(missing_ok=True)
+        raise SapoError(f"could not convert {source.name} to {fmt} (llama.cpp error {rc})")
+    os.replace(tmp, out)
+    return out
