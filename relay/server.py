@@ -1,0 +1,413 @@
+"""The relay server: a thin asyncio layer (``websockets``) over the pure pool and stats.
+
+One process serves many swarms; a swarm only ever sees its own groups. Each
+connection is handled on its own: requests are answered in order, one reply per
+frame, and nothing a peer sends can stop another peer's handler. Plain HTTP
+``GET /healthz`` and ``GET /metrics`` are answered on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from relay import protocol as p
+from relay.pool import Pool, PoolLimits
+from relay.stats import StatsStore
+
+log = logging.getLogger("relay.server")
+
+SERVER_VERSION = "sapo-relay/0.1.0"
+STATS_FILE = "relay-stats.sqlite3"
+_TAGS = {cls: cls.__struct_config__.tag for cls in (*p.CLIENT_MESSAGES, p.Welcome, p.Ack, p.Groups, p.StatsReply, p.Error)}
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """Everything the relay can be told; checked once, here."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8765  # 0: any free port (see Relay.port once started)
+    token: str | None = None  # when set, hello must carry it
+    pool: PoolLimits = field(default_factory=PoolLimits)
+    rate_per_s: float = 20.0  # messages per connection (token bucket)
+    burst: int = 40
+    bytes_per_s: float = 4 << 20
+    bytes_burst: int = 8 << 20  # at least one max-size frame
+    error_per_s: float = 1.0  # refused frames a connection may send before it is closed (1008)
+    error_burst: int = 20
+    hello_timeout_s: float = 10.0
+    max_peers: int = 5000
+    max_swarms: int = 256
+    flush_interval_s: float = 1.0
+    compression: bool = False  # permessage-deflate: less bandwidth, much more relay CPU
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, not {self.port}")
+        if self.token is not None and not self.token:
+            raise ValueError("token must not be empty")
+        for name in ("rate_per_s", "bytes_per_s", "error_per_s", "hello_timeout_s", "flush_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("burst", "error_burst", "max_peers", "max_swarms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.bytes_burst < p.MAX_FRAME_BYTES:
+            raise ValueError(f"bytes_burst must be at least one frame ({p.MAX_FRAME_BYTES} bytes)")
+
+
+class TokenBucket:
+    """``capacity`` tokens, refilled at ``rate`` per second."""
+
+    __slots__ = ("rate", "capacity", "tokens", "stamp")
+
+    def __init__(self, rate: float, capacity: float, now: float) -> None:
+        self.rate, self.capacity, self.tokens, self.stamp = rate, capacity, capacity, now
+
+    def take(self, amount: float, now: float) -> bool:
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < amount:
+            return False
+        self.tokens -= amount
+        return True
+
+
+@dataclass(eq=False, slots=True)
+class _Session:
+    ws: ServerConnection
+    swarm: str
+    node_id: str
+    name: str
+    messages: TokenBucket
+    bytes: TokenBucket
+    errors: TokenBucket
+
+
+class Metrics:
+    """Prometheus metrics in a registry of this relay's own (tests run several relays)."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.registry = r = CollectorRegistry()
+        Gauge("sapo_relay_peers", "Nodes connected (after hello)", registry=r).set_function(lambda: relay.peer_count)
+        Gauge("sapo_relay_swarms", "Swarms with connected nodes", registry=r).set_function(lambda: len(relay.peers))
+        Gauge("sapo_relay_pool_groups", "Groups in the pool", registry=r).set_function(lambda: relay.pool.groups)
+        Gauge("sapo_relay_pool_bytes", "Pool size in bytes", registry=r).set_function(lambda: relay.pool.bytes)
+        self.connections = Counter("sapo_relay_connections", "WebSocket connections opened", registry=r)
+        self.messages = Counter("sapo_relay_messages", "Valid messages received, by type", ["type"], registry=r)
+        self.groups_in = Counter("sapo_relay_groups_received", "Groups published", registry=r)
+        self.groups_accepted = Counter("sapo_relay_groups_accepted", "Groups put in the pool", registry=r)
+        self.groups_out = Counter("sapo_relay_groups_sent", "Groups sent out in samples", registry=r)
+        self.rejections = Counter(
+            "sapo_relay_rejections", "Refused frames (error code) and groups (reason)", ["reason"], registry=r
+        )
+        self.closes = Counter("sapo_relay_error_closes", "Connections the relay closed, by code", ["code"], registry=r)
+        self.crashes = Counter("sapo_relay_handler_crashes", "Handlers that raised (closed with 1011)", registry=r)
+        self.latency = Histogram(
+            "sapo_relay_request_seconds",
+            "Time from receiving a request to sending its reply",
+            ["type"],
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
+
+
+class Relay:
+    """``await start()``, ``await stop()`` (safe twice); or ``async with Relay(config):``."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        self.pool = Pool(config.pool)
+        self.stats: StatsStore | None = None
+        self.metrics = Metrics(self)
+        self.peers: dict[str, dict[str, _Session]] = {}  # swarm -> node_id -> session
+        self.port = config.port
+        self._server: Server | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Future[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        c = config
+        self._limits = p.Limits(
+            max_frame_bytes=p.MAX_FRAME_BYTES,
+            max_groups_per_publish=p.MAX_GROUPS_PER_PUBLISH,
+            max_sample_n=p.MAX_SAMPLE_N,
+            pool_max_age_s=c.pool.max_age_s,
+            rate_per_s=c.rate_per_s,
+            burst=c.burst,
+        )
+
+    @property
+    def peer_count(self) -> int:
+        return sum(len(nodes) for nodes in self.peers.values())
+
+    async def __aenter__(self) -> Relay:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the stats database, then listen. Raises OSError / sqlite3.Error on bad setup."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.stats = StatsStore(self.config.data_dir / STATS_FILE)
+        try:
+            self._server = await serve(
+                self._handle,
+                self.config.host,
+                self.config.port,
+                process_request=self._http,
+                max_size=p.MAX_FRAME_BYTES,
+                compression="deflate" if self.config.compression else None,
+                close_timeout=5,
+            )
+        except BaseException:
+            self.stats.close()
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._flusher = asyncio.create_task(self._flush_loop())
+        log.info("listening on ws://%s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
+
+    async def stop(self) -> None:
+        """Close every connection (1001), wait for handlers, flush stats. Safe to call twice."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._stopping)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in (self._flusher, *self._background):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.stats is not None:
+            self.stats.close()
+        log.info("stopped")
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval_s)
+            try:
+                self.pool.expire(time.time())
+                assert self.stats is not None
+                await self.stats.flush_async()
+            except Exception:
+                log.exception("periodic flush failed")
+
+    # --- plain HTTP -----------------------------------------------------------------
+
+    def _http(self, conn: ServerConnection, request: Request) -> Response | None:
+        path = request.path.partition("?")[0]
+        if path == "/healthz":
+            body = {"status": "ok", "version": SERVER_VERSION, "peers": self.peer_count, "pool_groups": self.pool.groups}
+            return _response(conn, json.dumps(body), "application/json")
+        if path == "/metrics":
+            return _response(conn, generate_latest(self.metrics.registry).decode(), CONTENT_TYPE_LATEST)
+        return None  # a websocket handshake (or websockets' own 4xx)
+
+    # --- websocket --------------------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        self.metrics.connections.inc()
+        session = None
+        try:
+            session = await self._greet(ws)
+            if session is not None:
+                await self._serve(session)
+        except ConnectionClosed:
+            pass
+        except Exception:
+            # A bug, not the peer's fault: log it, close this connection only, say nothing inside.
+            log.exception("connection handler crashed")
+            self.metrics.crashes.inc()
+            self.metrics.closes.labels("1011").inc()
+            await ws.close(1011, "internal error")
+        finally:
+            if session is not None:
+                self._leave(session)
+
+    async def _greet(self, ws: ServerConnection) -> _Session | None:
+        try:
+            async with asyncio.timeout(self.config.hello_timeout_s):
+                frame = await ws.recv()
+        except TimeoutError:
+            await self._refuse(ws, p.ProtocolError(p.Code.TIMEOUT, "no hello in time"))
+            return None
+        try:
+            hello = self._decode(frame)
+            if not isinstance(hello, p.Hello):
+                raise p.ProtocolError(p.Code.UNEXPECTED, "the first message must be hello")
+            self._admit(hello)
+        except p.ProtocolError as err:
+            await self._refuse(ws, err)
+            return None
+        mono, now, c = time.monotonic(), time.time(), self.config
+        session = _Session(
+            ws, hello.swarm, hello.node_id, hello.name,
+            messages=TokenBucket(c.rate_per_s, c.burst, mono),
+            bytes=TokenBucket(c.bytes_per_s, c.bytes_burst, mono),
+            errors=TokenBucket(c.error_per_s, c.error_burst, mono),
+        )  # fmt: skip
+        swarm = self.peers.setdefault(hello.swarm, {})
+        old = swarm.get(hello.node_id)
+        if old is not None:
+            # The same node again (a restart, a reconnect): the newest connection wins.
+            self._spawn(self._refuse(old.ws, p.ProtocolError(p.Code.REPLACED, "this node connected again")))
+        swarm[hello.node_id] = session
+        assert self.stats is not None
+        self.stats.touch(hello.swarm, hello.node_id, hello.name, now)
+        self.metrics.messages.labels("hello").inc()
+        welcome = p.Welcome(
+            node_id=hello.node_id, name=hello.name, peers=len(swarm), limits=self._limits, server_version=SERVER_VERSION
+        )
+        await ws.send(p.encode_bytes(welcome), text=True)
+        log.debug("hello from %s (%s) in swarm %r", hello.node_id, hello.name, hello.swarm)
+        return session
+
+    def _admit(self, hello: p.Hello) -> None:
+        token = self.config.token
+        if token is not None and (
+            hello.token is None or not hmac.compare_digest(hello.token.encode(), token.encode())
+        ):
+            raise p.ProtocolError(p.Code.UNAUTHORIZED, "this relay needs the right token")
+        swarm = self.peers.get(hello.swarm)
+        if swarm is None and len(self.peers) >= self.config.max_swarms:
+            raise p.ProtocolError(p.Code.FULL, "this relay serves as many swarms as it can")
+        if (swarm is None or hello.node_id not in swarm) and self.peer_count >= self.config.max_peers:
+            raise p.ProtocolError(p.Code.FULL, "this relay has as many peers as it can take")
+
+    def _leave(self, session: _Session) -> None:
+        swarm = self.peers.get(session.swarm)
+        if swarm is not None and swarm.get(session.node_id) is session:
+            del swarm[session.node_id]
+            if not swarm:
+                del self.peers[session.swarm]
+
+    async def _serve(self, s: _Session) -> None:
+        while True:
+            frame = await s.ws.recv()
+            started = time.perf_counter()
+            kind = "refused"
+            try:
+                self._check_rate(s, frame)
+                msg = self._decode(frame)
+                kind = _TAGS[type(msg)]
+                reply = self._dispatch(s, msg)
+                self.metrics.messages.labels(kind).inc()
+            except p.ProtocolError as err:
+                self.metrics.rejections.labels(err.code).inc()
+                if not s.errors.take(1.0, time.monotonic()):
+                    await self._refuse(s.ws, p.ProtocolError(p.Code.ABUSE, "too many refused messages"))
+                    return
+                reply = p.encode_bytes(err.to_message())
+            await s.ws.send(reply, text=True)
+            self.metrics.latency.labels(kind).observe(time.perf_counter() - started)
+
+    def _check_rate(self, s: _Session, frame: str | bytes) -> None:
+        now = time.monotonic()
+        if not (s.messages.take(1.0, now) and s.bytes.take(len(frame), now)):
+            raise p.ProtocolError(p.Code.RATE_LIMITED, f"over {self.config.rate_per_s:g} messages/s; slow down")
+
+    @staticmethod
+    def _decode(frame: str | bytes) -> p.Message:
+        if not isinstance(frame, str):
+            raise p.ProtocolError(p.Code.MALFORMED, "binary frames are not accepted; send JSON text")
+        return p.decode(frame)
+
+    async def _refuse(self, ws: ServerConnection, err: p.ProtocolError) -> None:
+        """Tell the peer why, then close with the code from the protocol's table."""
+        self.metrics.rejections.labels(err.code).inc()
+        self.metrics.closes.labels(str(err.close_code)).inc()
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(p.encode_bytes(err.to_message()), text=True)
+        await ws.close(err.close_code, err.close_reason)
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- requests (synchronous: no interleaving within a request) -----------------------
+
+    def _dispatch(self, s: _Session, msg: p.Message) -> bytes:
+        now = time.time()
+        assert self.stats is not None
+        if isinstance(msg, p.Publish):
+            return self._publish(s, msg, now)
+        if isinstance(msg, p.Sample):
+            got = self.pool.sample(
+                s.swarm, s.node_id, msg.n,
+                max_age_s=msg.max_age_s, now=now, tasks=msg.tasks, unseen_only=msg.unseen_only,
+                max_bytes=p.MAX_FRAME_BYTES - 1024,
+            )  # fmt: skip
+            for author in got.adopted_from:
+                self.stats.record_adoption(s.swarm, author)
+            self.metrics.groups_out.inc(len(got.payloads))
+            return p.encode_groups(got.payloads)
+        if isinstance(msg, p.StatsRequest):
+            me = self.stats.node(s.swarm, s.node_id)
+            assert me is not None  # touched at hello
+            reply = p.StatsReply(
+                peers_online=len(self.peers.get(s.swarm, ())),
+                groups_per_minute=float(self.stats.groups_per_minute(s.swarm, now)),
+                leaderboard=[row.to_row() for row in self.stats.leaderboard(s.swarm, p.LEADERBOARD_ROWS, now)],
+                you=me.to_row(),
+            )
+            return p.encode_bytes(reply)
+        if isinstance(msg, p.Report):
+            self.stats.record_round(s.swarm, s.node_id, msg.round, now)
+            return p.encode_bytes(p.Ack(accepted=1))
+        if isinstance(msg, p.Hello):
+            raise p.ProtocolError(p.Code.UNEXPECTED, "hello was already said on this connection")
+        raise p.ProtocolError(p.Code.UNEXPECTED, f"{_TAGS[type(msg)]} is sent by the relay, not to it")
+
+    def _publish(self, s: _Session, msg: p.Publish, now: float) -> bytes:
+        assert self.stats is not None
+        accepted, rejected = 0, []
+        for i, group in enumerate(msg.groups):
+            shared = p.SharedGroup(group=group, node_id=s.node_id, name=s.name, received_at=now)
+            payload = p.encode_bytes(shared)
+            reason = (
+                "too_big"
+                if len(payload) > p.MAX_SHARED_GROUP_BYTES
+                else self.pool.add(
+                    s.swarm, s.node_id, dataset=group.spec.dataset, key=group.spec.key(),
+                    payload=payload, has_spread=group.has_spread(), now=now,
+                )
+            )  # fmt: skip
+            if reason is None:
+                accepted += 1
+                self.stats.record_publish(s.swarm, s.node_id, statistics.fmean(group.rewards), group.round, now)
+            else:
+                rejected.append(p.Rejection(index=i, reason=reason))
+                self.metrics.rejections.labels(reason).inc()
+        self.metrics.groups_in.inc(len(msg.groups))
+        self.metrics.groups_accepted.inc(accepted)
+        return p.encode_bytes(p.Ack(accepted=accepted, rejected=rejected))
+
+
+def _response(conn: ServerConnection, body: str, content_type: str) -> Response:
+    response = conn.respond(200, body)
+    del response.headers["Content-Type"]
+    response.headers["Content-Type"] = content_type
+    response.headers["Cache-Control"] = "no-store"
+    return response
