@@ -1,0 +1,166 @@
+"""``sapo-relay``: run the relay from the command line.
+
+Bad input (a bad port, an unusable data dir, a port in use) prints one line on
+stderr and exits non-zero; SIGTERM and SIGINT stop the relay cleanly (connections
+closed with 1001, stats flushed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+from typing import NoReturn
+
+import platformdirs
+
+from relay.pool import PoolLimits
+from relay.server import Relay, RelayConfig
+
+PROG = "sapo-relay"
+log = logging.getLogger("relay")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not usage + traceback-looking noise.
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be a number, not {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, not {port}")
+    return port
+
+
+def _positive(kind: type[int] | type[float]):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = RelayConfig(data_dir=Path("."))
+    pool = PoolLimits()
+    ap = _Parser(prog=PROG, description="The SAPO Swarm relay: nodes share rollouts through it.")
+    ap.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
+    ap.add_argument("--port", type=_port, default=8765, help="TCP port, 0 for any free one (default: %(default)s)")
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(platformdirs.user_data_dir("sapo-relay")),
+        help="where the stats database lives (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--token",
+        default=os.environ.get("SAPO_RELAY_TOKEN"),
+        help="shared secret nodes must send in hello (default: $SAPO_RELAY_TOKEN, else none)",
+    )
+    ap.add_argument("--pool-max-groups", type=_positive(int), default=pool.max_groups, help="groups kept per swarm")
+    ap.add_argument("--pool-max-bytes", type=_positive(int), default=pool.max_bytes, help="pool bytes, all swarms")
+    ap.add_argument("--pool-max-age-s", type=_positive(float), default=pool.max_age_s, help="oldest group kept (s)")
+    ap.add_argument("--rate", type=_positive(float), default=d.rate_per_s, help="messages/s per connection")
+    ap.add_argument("--burst", type=_positive(int), default=d.burst, help="message burst per connection")
+    ap.add_argument("--bytes-rate", type=_positive(float), default=d.bytes_per_s, help="bytes/s per connection")
+    ap.add_argument("--error-rate", type=_positive(float), default=d.error_per_s, help="refused frames/s tolerated")
+    ap.add_argument("--error-burst", type=_positive(int), default=d.error_burst, help="refused frames before a close")
+    ap.add_argument("--hello-timeout-s", type=_positive(float), default=d.hello_timeout_s)
+    ap.add_argument("--max-peers", type=_positive(int), default=d.max_peers)
+    ap.add_argument("--max-swarms", type=_positive(int), default=d.max_swarms)
+    ap.add_argument("--compression", action="store_true", help="enable permessage-deflate (costs relay CPU)")
+    ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> RelayConfig:
+    return RelayConfig(
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        token=args.token or None,
+        pool=PoolLimits(args.pool_max_groups, args.pool_max_bytes, args.pool_max_age_s),
+        rate_per_s=args.rate,
+        burst=args.burst,
+        bytes_per_s=args.bytes_rate,
+        error_per_s=args.error_rate,
+        error_burst=args.error_burst,
+        hello_timeout_s=args.hello_timeout_s,
+        max_peers=args.max_peers,
+        max_swarms=args.max_swarms,
+        compression=args.compression,
+    )
+
+
+def _check_data_dir(path: Path) -> None:
+    """Fail early, with the path in the message, if the stats database cannot live there."""
+    path.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+        pass
+
+
+async def _run(config: RelayConfig) -> None:
+    relay = Relay(config)
+    await relay.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("signal received, shutting down")
+    finally:
+        await relay.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # websockets logs every handshake failure at INFO; at 1000 peers that drowns ours.
+    logging.getLogger("websockets").setLevel(logging.DEBUG if args.log_level == "DEBUG" else logging.WARNING)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        _check_data_dir(config.data_dir)
+    except OSError as exc:
+        print(f"{PROG}: cannot use data dir {config.data_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(_run(config))
+    except sqlite3.Error as exc:
+        print(f"{PROG}: cannot open the stats database in {config.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        print(f"{PROG}: cannot listen on {config.host}:{config.port}: {why}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
