@@ -118,10 +118,12 @@ class Pool:
         if not has_spread:
             # No reward spread, no advantage: nobody could learn from it, so don't keep it.
             return "zero_advantage"
-        entry = Entry(author, dataset, key, payload, has_spread, now)
+        sp = self._swarms.setdefault(swarm, _SwarmPool())
+        # Keep times non-decreasing per swarm (bisect relies on it), even if the clock steps back.
+        last = sp.entries[-1].received_at if len(sp) else now
+        entry = Entry(author, dataset, key, payload, has_spread, max(now, last))
         if entry.size > self.limits.max_bytes // 4:
             return "too_big"
-        sp = self._swarms.setdefault(swarm, _SwarmPool())
         if (author, key) in sp.by_key:
             return "duplicate"
         sp.entries.append(entry)

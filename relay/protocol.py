@@ -411,6 +411,6 @@ def _explain(frame: Frame, code: str, reason: str) -> ProtocolError:
         env = _envelope_decoder.decode(frame)
     except (msgspec.MsgspecError, RecursionError, ValueError, TypeError):
         return ProtocolError(code, reason)
-    if env.v is not None and env.v != PROTOCOL_VERSION:
+    if type(env.v) is int and env.v != PROTOCOL_VERSION:
         return _version_error(env.v)
     return ProtocolError(code, reason)
