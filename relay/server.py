@@ -124,6 +124,8 @@ class Metrics:
             buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        for kind in ("publish", "sample", "stats", "report", "refused"):
+            self.latency.labels(kind)  # show every series from the start, at zero
 
 
 class Relay:

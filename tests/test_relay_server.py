@@ -1,0 +1,327 @@
+"""The relay end to end: a real server on 127.0.0.1 (ephemeral port), real websocket clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from relay import protocol as p
+from relay.loadgen import SimNode, synthetic_group
+from relay.pool import PoolLimits
+from relay.server import Relay, RelayConfig
+
+SCALE = float(os.environ.get("SAPO_TEST_TIMEOUT_SCALE", "1"))
+T = 5 * SCALE  # per request; replies normally take about a millisecond
+RNG = random.Random(0)
+
+
+def run(scenario: Callable[[], Awaitable[None]], limit: float = 20) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(limit * SCALE):
+            await scenario()
+
+    asyncio.run(bounded())
+
+
+@contextlib.asynccontextmanager
+async def relay(tmp_path: Path, **config: Any) -> AsyncIterator[Relay]:
+    async with Relay(RelayConfig(data_dir=tmp_path, port=0, **config)) as r:
+        yield r
+
+
+def url(r: Relay) -> str:
+    return f"ws://127.0.0.1:{r.port}"
+
+
+async def joined(r: Relay, swarm: str = "s", **kw: Any) -> SimNode:
+    node = SimNode(url(r), swarm=swarm, **kw)
+    reply = await node.connect(T)
+    assert isinstance(reply, p.Welcome), reply
+    return node
+
+
+async def closed_with(node: SimNode) -> int:
+    """Read until the relay closes the connection; return the close code."""
+    assert node.ws is not None
+    with pytest.raises(ConnectionClosed) as info:
+        async with asyncio.timeout(T):
+            while True:
+                await node.ws.recv()
+    assert info.value.rcvd is not None
+    return info.value.rcvd.code
+
+
+def g(dataset: str = "basic_arithmetic", rewards: list[float] | None = None) -> p.Group:
+    group = synthetic_group(RNG, dataset=dataset, completions=2, chars=30)
+    if rewards is not None:
+        group = p.Group(**{**{f: getattr(group, f) for f in group.__struct_fields__}, "rewards": rewards})
+    return group
+
+
+async def publish(node: SimNode, *groups: p.Group) -> p.Ack:
+    ack = await node.request(p.Publish(groups=list(groups)), T)
+    assert isinstance(ack, p.Ack), ack
+    return ack
+
+
+async def sample(node: SimNode, n: int = 10, **kw: Any) -> list[p.SharedGroup]:
+    reply = await node.request(p.Sample(n=n, **kw), T)
+    assert isinstance(reply, p.Groups), reply
+    return reply.groups
+
+
+def http(r: Relay, path: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{r.port}{path}", timeout=T) as resp:
+        return resp.status, resp.headers["Content-Type"], resp.read().decode()
+
+
+def test_publish_sample_round_trip_and_never_own(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            a, b = await joined(r), await joined(r)
+            sent = [g(), g()]
+            assert (await publish(a, *sent)).accepted == 2
+            got = await sample(b)
+            assert sorted((s.group for s in got), key=lambda x: x.spec.index) == sorted(sent, key=lambda x: x.spec.index)
+            assert {(s.node_id, s.name) for s in got} == {(a.node_id, a.name)}
+            assert await sample(a) == []  # never one's own
+            assert await sample(b) == []  # already seen
+            assert len(await sample(b, unseen_only=False)) == 2
+
+    run(scenario)
+
+
+def test_swarms_are_isolated(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            a, other = await joined(r, "one"), await joined(r, "two")
+            await publish(a, g())
+            assert await sample(other) == []
+            welcome = await SimNode(url(r), swarm="one").connect(T)
+            assert isinstance(welcome, p.Welcome) and welcome.peers == 2
+
+    run(scenario)
+
+
+def test_token_is_required_when_set(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path, token="s3cret") as r:
+            for token in (None, "wrong"):
+                node = SimNode(url(r), token=token)
+                reply = await node.connect(T)
+                assert isinstance(reply, p.Error) and reply.code == p.Code.UNAUTHORIZED
+                assert await closed_with(node) == 1008
+            await joined(r, token="s3cret")
+
+    run(scenario)
+
+
+def test_zero_advantage_groups_are_refused_and_never_sampled(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            a, b = await joined(r), await joined(r)
+            ack = await publish(a, g(rewards=[1.0, 1.0]), g(rewards=[0.0, 1.0]))
+            assert ack.accepted == 1 and ack.rejected == [p.Rejection(0, "zero_advantage")]
+            assert [s.group.rewards for s in await sample(b)] == [[0.0, 1.0]]
+
+    run(scenario)
+
+
+def test_task_restriction(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            a, b = await joined(r), await joined(r)
+            await publish(a, g("arith"), g("logic"), g("arith"))
+            got = await sample(b, tasks=["arith", "chess"])
+            assert [s.group.spec.dataset for s in got] == ["arith", "arith"]
+
+    run(scenario)
+
+
+def test_pool_limits_apply(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path, pool=PoolLimits(max_groups=3)) as r:
+            a, b = await joined(r), await joined(r)
+            sent = [g() for _ in range(5)]
+            await publish(a, *sent)
+            assert r.pool.groups == 3
+            assert {s.group.spec.index for s in await sample(b)} == {x.spec.index for x in sent[2:]}
+            _, _, body = await asyncio.to_thread(http, r, "/metrics")
+            assert "sapo_relay_pool_groups 3.0" in body
+
+    run(scenario)
+
+
+def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            bad, good, other = await joined(r), await joined(r), await joined(r)
+            await publish(other, g())
+            for frame, code in [
+                ("{nope", p.Code.MALFORMED),
+                (b"\x00\x01binary", p.Code.MALFORMED),
+                ('{"type": "sample", "v": 1, "n": "four"}', p.Code.INVALID),
+                ('{"type": "sample", "v": 9, "n": 1}', p.Code.VERSION),
+                (p.encode(p.Ack(accepted=1)), p.Code.UNEXPECTED),
+                (p.encode(p.Hello(swarm="s", node_id=bad.node_id, name="x", model="m", client_version="1")),
+                 p.Code.UNEXPECTED),
+            ]:  # fmt: skip
+                await bad.send_raw(frame)
+                reply = await bad.recv(T)
+                assert isinstance(reply, p.Error) and reply.code == code, (frame, reply)
+                assert len(await sample(good, unseen_only=False)) == 1
+            # Oversized: the websocket layer closes with 1009; nothing else notices.
+            await bad.send_raw('"' + "x" * p.MAX_FRAME_BYTES + '"')
+            assert await closed_with(bad) == 1009
+            assert len(await sample(good, unseen_only=False)) == 1
+            assert r.metrics.rejections.labels(p.Code.MALFORMED)._value.get() == 2
+
+    run(scenario)
+
+
+def test_first_message_must_be_hello_in_time(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path, hello_timeout_s=0.2 * SCALE) as r:
+            node = SimNode(url(r))
+            node.ws = await connect(url(r))
+            reply = await node.request(p.Sample(n=1), T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.UNEXPECTED
+            assert await closed_with(node) == 1002
+            silent = SimNode(url(r))
+            silent.ws = await connect(url(r))
+            reply = await silent.recv(T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.TIMEOUT
+            assert await closed_with(silent) == 1008
+
+    run(scenario)
+
+
+def test_rate_limit_then_close_on_abuse(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path, rate_per_s=0.5, burst=3, error_per_s=0.1, error_burst=2) as r:
+            node, bystander = await joined(r), await joined(r)
+            codes = []
+            for _ in range(5):
+                reply = await node.request(p.StatsRequest(), T)
+                codes.append(reply.code if isinstance(reply, p.Error) else "ok")
+            assert codes == ["ok", "ok", "ok", p.Code.RATE_LIMITED, p.Code.RATE_LIMITED]
+            await node.send_raw(p.encode(p.StatsRequest()))
+            reply = await node.recv(T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.ABUSE
+            assert await closed_with(node) == 1008
+            assert isinstance(await bystander.request(p.StatsRequest(), T), p.StatsReply)
+
+    run(scenario)
+
+
+def test_adoption_and_stats_persist_across_restart(tmp_path: Path) -> None:
+    a_id, b_id = p.new_node_id(), p.new_node_id()
+
+    async def first_life() -> None:
+        async with relay(tmp_path) as r:
+            a, b, c = await joined(r, node_id=a_id), await joined(r, node_id=b_id), await joined(r)
+            await publish(a, g(), g())
+            assert len(await sample(b)) == 2
+            assert len(await sample(b, unseen_only=False)) == 2  # same receiver: no new credit
+            assert len(await sample(c)) == 2
+            assert isinstance(await a.request(p.Report(round=9), T), p.Ack)
+            reply = await a.request(p.StatsRequest(), T)
+            assert isinstance(reply, p.StatsReply)
+            assert reply.you.groups_adopted == 4 and reply.peers_online == 3
+            assert reply.groups_per_minute == 2
+
+    async def second_life() -> None:
+        async with relay(tmp_path) as r:
+            a = await joined(r, node_id=a_id)
+            reply = await a.request(p.StatsRequest(), T)
+            assert isinstance(reply, p.StatsReply)
+            me = reply.you
+            assert (me.groups_shared, me.groups_adopted, me.rounds, me.name) == (2, 4, 2, a.name)
+            assert reply.leaderboard[0].node_id == a_id
+            assert b_id in {row.node_id for row in reply.leaderboard}
+            assert reply.peers_online == 1
+
+    run(first_life)
+    run(second_life)
+
+
+def test_crashing_handler_is_closed_1011_and_others_go_on(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            victim, bystander = await joined(r), await joined(r)
+            real = r._dispatch
+
+            def dispatch(session: Any, msg: p.Message) -> bytes:
+                if session.node_id == victim.node_id:
+                    raise KeyError("/very/secret/internal/path")
+                return real(session, msg)
+
+            r._dispatch = dispatch  # type: ignore[method-assign]
+            await victim.send_raw(p.encode(p.StatsRequest()))
+            assert victim.ws is not None
+            with pytest.raises(ConnectionClosed) as info:
+                await victim.recv(T)
+            assert info.value.rcvd is not None
+            assert (info.value.rcvd.code, info.value.rcvd.reason) == (1011, "internal error")
+            assert isinstance(await bystander.request(p.StatsRequest(), T), p.StatsReply)
+            assert r.metrics.crashes._value.get() == 1
+
+    run(scenario)
+
+
+def test_same_node_again_replaces_the_old_connection(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            old = await joined(r)
+            new = await joined(r, node_id=old.node_id)
+            reply = await old.recv(T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.REPLACED
+            assert await closed_with(old) == 1008
+            assert r.peer_count == 1
+            assert isinstance(await new.request(p.StatsRequest(), T), p.StatsReply)
+
+    run(scenario)
+
+
+def test_healthz_and_metrics_over_plain_http(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            await joined(r)
+            status, ctype, body = await asyncio.to_thread(http, r, "/healthz")
+            assert (status, ctype) == (200, "application/json")
+            assert json.loads(body)["status"] == "ok" and json.loads(body)["peers"] == 1
+            status, ctype, body = await asyncio.to_thread(http, r, "/metrics")
+            assert status == 200 and ctype.startswith("text/plain")
+            for name in ("sapo_relay_peers 1.0", "sapo_relay_request_seconds_bucket", "sapo_relay_pool_bytes"):
+                assert name in body
+
+    run(scenario)
+
+
+def test_stop_is_safe_twice_and_closes_peers_1001(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        r = Relay(RelayConfig(data_dir=tmp_path, port=0))
+        await r.start()
+        node = await joined(r)
+        await asyncio.gather(r.stop(), r.stop())
+        await r.stop()
+        assert await closed_with(node) == 1001
+
+    run(scenario)
+
+
+def test_bad_config_is_refused() -> None:
+    for bad in ({"port": 70000}, {"rate_per_s": 0}, {"token": ""}, {"bytes_burst": 10}):
+        with pytest.raises(ValueError):
+            RelayConfig(data_dir=Path("."), **bad)
