@@ -242,7 +242,8 @@ class Relay:
             log.exception("connection handler crashed")
             self.metrics.crashes.inc()
             self.metrics.closes.labels("1011").inc()
-            await ws.close(1011, "internal error")
+            with contextlib.suppress(Exception):  # the connection may be past closing already
+                await ws.close(1011, "internal error")
         finally:
             if session is not None:
                 self._leave(session)
