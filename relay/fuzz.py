@@ -38,7 +38,7 @@ JUNK = "\u202e\u200b\u0000\u0007\x1b[31m\ufeff\U0001f600\u0301\ud7ff\uffff\u00ad
 
 
 def _rand_text(rng: random.Random, n: int) -> str:
-    pool = JUNK + "abc{}[]\":,\\ 0123456789e.-+"
+    pool = JUNK + 'abc{}[]":,\\ 0123456789e.-+'
     return "".join(rng.choice(pool) if rng.random() < 0.8 else chr(rng.randrange(0x20, 0xD7FF)) for _ in range(n))
 
 
@@ -123,17 +123,27 @@ CATEGORIES: dict[str, Callable[[random.Random, list[dict[str, Any]]], Frame]] = 
         _set(v[2], n=rng.choice([10**400, 2**64, -1, 0, 65])).replace("65", rng.choice(["1e999", "65", "-1e999"])),
         True,
     ),
-    "nan_rewards": lambda rng, _: (_group_with(rng, rewards=[rng.choice([math.nan, math.inf, -math.inf, 1e999])] * 3), True),
+    "nan_rewards": lambda rng, _: (
+        _group_with(rng, rewards=[rng.choice([math.nan, math.inf, -math.inf, 1e999])] * 3),
+        True,
+    ),
     "mismatched_lengths": lambda rng, _: (
         _group_with(rng, rewards=[0.0, 1.0]) if rng.random() < 0.5 else _group_with(rng, completions=["x"] * 65),
         True,
     ),
     "wrong_version": lambda rng, v: (_set(rng.choice(v), v=rng.choice([0, 2, -1, "1", None, 1.5, 2**70, []])), True),
-    "unknown_type": lambda rng, v: (_set(rng.choice(v), type=rng.choice(["welcome", "ack", "groups", "error", "x", 1, None])), True),
-    "unicode_junk": lambda rng, v: (_set(v[0], name=_rand_text(rng, rng.randrange(1, 100)), swarm=_rand_text(rng, 10)), True),
+    "unknown_type": lambda rng, v: (
+        _set(rng.choice(v), type=rng.choice(["welcome", "ack", "groups", "error", "x", 1, None])),
+        True,
+    ),
+    "unicode_junk": lambda rng, v: (
+        _set(v[0], name=_rand_text(rng, rng.randrange(1, 100)), swarm=_rand_text(rng, 10)),
+        True,
+    ),
     "lone_surrogate": lambda rng, v: (_dumps(v[0]).replace('"fuzzer"', '"\\ud800x"'), True),
     "bad_ids": lambda rng, v: (
-        _set(v[0], node_id=rng.choice(["A" * 32, "a" * 31, "a" * 32 + "\n", "g" * 32, "", 7])), True
+        _set(v[0], node_id=rng.choice(["A" * 32, "a" * 31, "a" * 32 + "\n", "g" * 32, "", 7])),
+        True,
     ),
     "extra_fields": lambda rng, v: (_set(rng.choice(v), evil=_rand_json(rng)), True),
     "duplicate_keys": lambda rng, v: (_dumps(rng.choice(v))[:-1] + ', "type": "hello"}', True),
@@ -239,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         rc = relay.stop()
     crashes = next(
-        (float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("sapo_relay_handler_crashes_total")),
+        (
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("sapo_relay_handler_crashes_total")
+        ),
         float("nan"),
     )
     print(f"hostile frames sent: {sum(tally.sent.values())} in {took:.1f} s over {tally.reconnects} connections")

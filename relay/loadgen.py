@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
+import queue
 import random
 import shlex
 import socket
@@ -29,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +54,9 @@ def synthetic_group(
     texts = [" ".join(rng.choices(words, k=chars // 5))[:chars] for _ in range(completions)]
     rewards = [float(i % 2) for i in range(completions)]
     return p.Group(
-        spec=p.TaskSpec(dataset=dataset, config={"min_digits": 2}, seed=rng.randrange(2**31), index=rng.randrange(10**6)),
+        spec=p.TaskSpec(
+            dataset=dataset, config={"min_digits": 2}, seed=rng.randrange(2**31), index=rng.randrange(10**6)
+        ),
         question=f"What is {rng.randrange(1000)} + {rng.randrange(1000)}?",
         answer=str(rng.randrange(2000)),
         completions=texts,
@@ -123,7 +127,7 @@ def free_port() -> int:
 
 def http_get(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return resp.read().decode()
+        return str(resp.read().decode())
 
 
 @dataclass
@@ -175,7 +179,7 @@ def spawn_relay(args: list[str], workdir: Path) -> SpawnedRelay:
 
 @dataclass
 class WorkerResult:
-    latencies: array = field(default_factory=lambda: array("d"))  # seconds
+    latencies: array[float] = field(default_factory=lambda: array("d"))  # seconds
     kinds: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     connect_failures: int = 0
@@ -280,7 +284,7 @@ def _relay_quantiles(http: str, qs: tuple[float, ...]) -> dict[float, float] | N
         text = http_get(http + "/metrics")
     except OSError:
         return None
-    buckets: Counter[float] = Counter()
+    buckets: dict[float, float] = defaultdict(float)
     for family in text_string_to_metric_families(text):
         if family.name == "sapo_relay_request_seconds":
             for s in family.samples:
@@ -291,6 +295,13 @@ def _relay_quantiles(http: str, qs: tuple[float, ...]) -> dict[float, float] | N
         return None
     ordered = sorted(buckets.items())
     return {q: next(le for le, c in ordered if c >= q * total) for q in qs}
+
+
+def _cpu_seconds(procs: list[psutil.Process], last: dict[int, float]) -> float:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            last[proc.pid] = sum(proc.cpu_times()[:2])
+    return sum(last.values())
 
 
 def _pct(sorted_values: list[float], q: float) -> float:
@@ -335,35 +346,39 @@ def main(argv: list[str] | None = None) -> int:
     else:
         url, pid, http = args.url, args.relay_pid, "http" + args.url.removeprefix("ws")
     watched = psutil.Process(pid) if pid else None
-    cfg = {k: getattr(args, k) for k in ("nodes", "rate", "seconds", "swarms", "sample_n", "completions", "chars", "token", "seed")}
+    cfg = {
+        k: getattr(args, k)
+        for k in ("nodes", "rate", "seconds", "swarms", "sample_n", "completions", "chars", "token", "seed")
+    }
     cfg["url"] = url
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     shares = [args.nodes // args.procs + (i < args.nodes % args.procs) for i in range(args.procs)]
     firsts = [sum(shares[:i]) for i in range(args.procs)]
-    workers = [ctx.Process(target=_worker, args=(cfg, f, n, ready, go, out)) for f, n in zip(firsts, shares) if n]
+    workers = [
+        ctx.Process(target=_worker, args=(cfg, f, n, ready, go, out)) for f, n in zip(firsts, shares, strict=True) if n
+    ]
     try:
         t0 = time.monotonic()
         for w in workers:
             w.start()
         connected = sum(ready.get(timeout=300) for _ in workers)
-        print(f"connected {connected}/{args.nodes} nodes in {time.monotonic() - t0:.1f} s ({len(workers)} client process(es))")
+        took = time.monotonic() - t0
+        print(f"connected {connected}/{args.nodes} nodes in {took:.1f} s ({len(workers)} client process(es))")
         rss = [watched.memory_info().rss] if watched else []
         cpu0 = sum(watched.cpu_times()[:2]) if watched else 0.0
         clients = [psutil.Process(w.pid) for w in workers]
-        client_cpu0 = sum(sum(c.cpu_times()[:2]) for c in clients)
+        client_cpu0 = _cpu_seconds(clients, {})
+        client_last: dict[int, float] = {}  # a worker that has exited keeps its last reading
         go.set()
         started = time.monotonic()
-        results = []
+        results: list[tuple[bytes, dict[str, int], dict[str, int], int]] = []
         while len(results) < len(workers):
-            try:
+            with contextlib.suppress(queue.Empty):  # then sample the relay and wait on
                 results.append(out.get(timeout=0.5))
-            except Exception:  # queue.Empty: sample the relay and wait on
-                pass
             if watched:
                 rss.append(watched.memory_info().rss)
-            if len(results) < len(workers):
-                client_cpu = sum(sum(c.cpu_times()[:2]) for c in clients) - client_cpu0
+            client_cpu = _cpu_seconds(clients, client_last) - client_cpu0
         wall = time.monotonic() - started
         cpu = (sum(watched.cpu_times()[:2]) - cpu0) / wall if watched else None
         for w in workers:
@@ -398,10 +413,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     relay_q = _relay_quantiles(http, (0.5, 0.99))
     if relay_q:
-        print("latency (relay histogram, bucket bound): " + "  ".join(f"p{int(q * 100)} <= {v * 1000:g} ms" for q, v in relay_q.items()))
+        print(
+            "latency (relay histogram, bucket bound): "
+            + "  ".join(f"p{int(q * 100)} <= {v * 1000:g} ms" for q, v in relay_q.items())
+        )
     if watched and rss:
         print(
-            f"relay RSS: start {rss[0] / 2**20:.0f} MiB, peak {max(rss) / 2**20:.0f} MiB, end {rss[-1] / 2**20:.0f} MiB; "
+            f"relay RSS: start {rss[0] / 2**20:.0f} MiB, peak {max(rss) / 2**20:.0f} MiB, "
+            f"end {rss[-1] / 2**20:.0f} MiB; "
             f"relay CPU {100 * (cpu or 0):.0f}% of one core; "
             f"load generator CPU {100 * client_cpu / wall:.0f}% (machine: {psutil.cpu_count()} cores, "
             f"load average {psutil.getloadavg()[0]:.1f})"

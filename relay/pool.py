@@ -213,9 +213,7 @@ class Pool:
         self.bytes -= entry.size
 
 
-def _pick(
-    entries: list[Entry], lo: int, n: int, eligible: Callable[[Entry], bool], rng: random.Random
-) -> list[Entry]:
+def _pick(entries: list[Entry], lo: int, n: int, eligible: Callable[[Entry], bool], rng: random.Random) -> list[Entry]:
     """A uniform random subset of up to n eligible entries of ``entries[lo:]``.
 
     Random probing first (cheap when most entries qualify), then a full scan when

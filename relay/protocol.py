@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Annotated, Any, Final, Union
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -122,23 +122,23 @@ Count = Annotated[int, msgspec.Meta(ge=0, lt=2**53)]
 Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=2.0**40)]
 Reward = Annotated[float, msgspec.Meta(ge=-10.0, le=10.0)]
 
-_ADJECTIVES: Final = (
-    "amber", "bold", "brave", "bright", "brisk", "calm", "clever", "cosmic", "crisp", "curious",
-    "daring", "dusty", "eager", "early", "fancy", "fierce", "gentle", "giant", "golden", "grand",
-    "happy", "hidden", "humble", "icy", "jolly", "keen", "kind", "lively", "lucky", "mellow",
-    "mighty", "misty", "modest", "noble", "nimble", "odd", "patient", "plucky", "polite", "proud",
-    "quick", "quiet", "rapid", "rare", "rosy", "rustic", "shiny", "silent", "silver", "sleepy",
-    "sly", "smooth", "snowy", "solar", "spry", "steady", "stormy", "sunny", "swift", "tidy",
-    "vivid", "wandering", "wild", "witty",
+_ADJECTIVES: Final = tuple(
+    """
+    amber bold brave bright brisk calm clever cosmic crisp curious daring dusty eager early fancy
+    fierce gentle giant golden grand happy hidden humble icy jolly keen kind lively lucky mellow
+    mighty misty modest noble nimble odd patient plucky polite proud quick quiet rapid rare rosy
+    rustic shiny silent silver sleepy sly smooth snowy solar spry steady stormy sunny swift tidy
+    vivid wandering wild witty
+    """.split()
 )
-_ANIMALS: Final = (
-    "albatross", "badger", "bat", "bear", "beaver", "bison", "camel", "cheetah", "cobra", "crane",
-    "crow", "deer", "dingo", "dolphin", "eagle", "eel", "falcon", "ferret", "finch", "fox",
-    "gazelle", "gecko", "gibbon", "goose", "hare", "hawk", "heron", "hippo", "ibis", "jackal",
-    "jaguar", "koala", "lemur", "leopard", "lion", "llama", "lynx", "magpie", "marmot", "mole",
-    "moose", "newt", "octopus", "okapi", "orca", "otter", "owl", "panda", "panther", "parrot",
-    "pelican", "penguin", "puffin", "quail", "raven", "salmon", "seal", "shark", "sloth", "swan",
-    "tapir", "tiger", "walrus", "wombat",
+_ANIMALS: Final = tuple(
+    """
+    albatross badger bat bear beaver bison camel cheetah cobra crane crow deer dingo dolphin eagle
+    eel falcon ferret finch fox gazelle gecko gibbon goose hare hawk heron hippo ibis jackal jaguar
+    koala lemur leopard lion llama lynx magpie marmot mole moose newt octopus okapi orca otter owl
+    panda panther parrot pelican penguin puffin quail raven salmon seal shark sloth swan tapir tiger
+    walrus wombat
+    """.split()
 )
 
 
@@ -159,12 +159,15 @@ def display_name(node_id: str) -> str:
 
 
 class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Base of every frame: the ``type`` tag and the protocol version ``v`` (1 when absent)."""
+    """Base of every frame: the ``type`` tag and the protocol version ``v`` (1 when absent).
+
+    (Subclasses repeat ``frozen=True`` only for type checkers; msgspec inherits it.)
+    """
 
     v: Annotated[int, msgspec.Meta(ge=0, lt=2**16)] = PROTOCOL_VERSION
 
 
-class Hello(_Message, tag="hello"):
+class Hello(_Message, tag="hello", frozen=True):
     """node -> relay, first frame of every connection."""
 
     swarm: SwarmName
@@ -186,7 +189,7 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     burst: Count
 
 
-class Welcome(_Message, tag="welcome"):
+class Welcome(_Message, tag="welcome", frozen=True):
     """relay -> node, the reply to hello. ``peers`` counts this node too."""
 
     node_id: NodeId
@@ -196,7 +199,7 @@ class Welcome(_Message, tag="welcome"):
     server_version: ShortText
 
 
-class Publish(_Message, tag="publish"):
+class Publish(_Message, tag="publish", frozen=True):
     """node -> relay: groups for others to train on."""
 
     groups: Annotated[list[Group], msgspec.Meta(min_length=1, max_length=MAX_GROUPS_PER_PUBLISH)]
@@ -207,14 +210,14 @@ class Rejection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reason: ShortText
 
 
-class Ack(_Message, tag="ack"):
+class Ack(_Message, tag="ack", frozen=True):
     """relay -> node, the reply to publish (and report)."""
 
     accepted: Count
     rejected: list[Rejection] = []
 
 
-class Sample(_Message, tag="sample"):
+class Sample(_Message, tag="sample", frozen=True):
     """node -> relay: up to ``n`` random groups from others, fresher than ``max_age_s``.
 
     The relay never returns the node's own groups, groups without reward spread, or
@@ -236,13 +239,13 @@ class SharedGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     received_at: Seconds
 
 
-class Groups(_Message, tag="groups"):
+class Groups(_Message, tag="groups", frozen=True):
     """relay -> node, the reply to sample (possibly empty)."""
 
     groups: Annotated[list[SharedGroup], msgspec.Meta(max_length=MAX_SAMPLE_N)]
 
 
-class StatsRequest(_Message, tag="stats"):
+class StatsRequest(_Message, tag="stats", frozen=True):
     """node -> relay: how is the swarm doing?"""
 
 
@@ -256,7 +259,7 @@ class LeaderboardRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     last_seen: Seconds
 
 
-class StatsReply(_Message, tag="stats_reply"):
+class StatsReply(_Message, tag="stats_reply", frozen=True):
     """relay -> node. ``leaderboard`` is sorted by groups adopted by others, then shared."""
 
     peers_online: Count
@@ -265,22 +268,22 @@ class StatsReply(_Message, tag="stats_reply"):
     you: LeaderboardRow
 
 
-class Report(_Message, tag="report"):
+class Report(_Message, tag="report", frozen=True):
     """node -> relay: "I finished round ``round``" (counts toward its distinct rounds)."""
 
     round: Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 
 
-class Error(_Message, tag="error"):
+class Error(_Message, tag="error", frozen=True):
     """relay -> node: a refused frame. ``code`` is one of ``Code``; see CLOSE_CODES."""
 
     code: ShortText
     reason: Annotated[str, msgspec.Meta(max_length=512)]
 
 
-ClientMessage = Union[Hello, Publish, Sample, StatsRequest, Report]
-ServerMessage = Union[Welcome, Ack, Groups, StatsReply, Error]
-Message = Union[ClientMessage, ServerMessage]
+ClientMessage = Hello | Publish | Sample | StatsRequest | Report
+ServerMessage = Welcome | Ack | Groups | StatsReply | Error
+Message = ClientMessage | ServerMessage
 CLIENT_MESSAGES: Final = (Hello, Publish, Sample, StatsRequest, Report)
 
 

@@ -15,8 +15,10 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -31,7 +33,10 @@ log = logging.getLogger("relay.server")
 
 SERVER_VERSION = "sapo-relay/0.1.0"
 STATS_FILE = "relay-stats.sqlite3"
-_TAGS = {cls: cls.__struct_config__.tag for cls in (*p.CLIENT_MESSAGES, p.Welcome, p.Ack, p.Groups, p.StatsReply, p.Error)}
+_TAGS: dict[type, str] = {
+    cls: str(cls.__struct_config__.tag)
+    for cls in (*p.CLIENT_MESSAGES, p.Welcome, p.Ack, p.Groups, p.StatsReply, p.Error)
+}
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,12 @@ class Relay:
     def _http(self, conn: ServerConnection, request: Request) -> Response | None:
         path = request.path.partition("?")[0]
         if path == "/healthz":
-            body = {"status": "ok", "version": SERVER_VERSION, "peers": self.peer_count, "pool_groups": self.pool.groups}
+            body = {
+                "status": "ok",
+                "version": SERVER_VERSION,
+                "peers": self.peer_count,
+                "pool_groups": self.pool.groups,
+            }
             return _response(conn, json.dumps(body), "application/json")
         if path == "/metrics":
             return _response(conn, generate_latest(self.metrics.registry).decode(), CONTENT_TYPE_LATEST)
@@ -288,9 +298,7 @@ class Relay:
 
     def _admit(self, hello: p.Hello) -> None:
         token = self.config.token
-        if token is not None and (
-            hello.token is None or not hmac.compare_digest(hello.token.encode(), token.encode())
-        ):
+        if token is not None and (hello.token is None or not hmac.compare_digest(hello.token.encode(), token.encode())):
             raise p.ProtocolError(p.Code.UNAUTHORIZED, "this relay needs the right token")
         swarm = self.peers.get(hello.swarm)
         if swarm is None and len(self.peers) >= self.config.max_swarms:
@@ -344,8 +352,8 @@ class Relay:
             await ws.send(p.encode_bytes(err.to_message()), text=True)
         await ws.close(err.close_code, err.close_reason)
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -38,9 +38,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     PRIMARY KEY (swarm, node_id)
 ) WITHOUT ROWID;
 """
-COLUMNS = (
-    "swarm, node_id, name, groups_shared, groups_adopted, reward_sum, reward_count, rounds, first_seen, last_seen"
-)
+COLUMNS = "swarm, node_id, name, groups_shared, groups_adopted, reward_sum, reward_count, rounds, first_seen, last_seen"
 LEADERBOARD_CACHE_S = 1.0
 
 
@@ -138,7 +136,7 @@ class RateWindow:
 
     def per_minute(self, now: float) -> int:
         sec = int(now)
-        return sum(b for b, s in zip(self._buckets, self._stamps) if sec - 60 < s <= sec)
+        return sum(b for b, s in zip(self._buckets, self._stamps, strict=True) if sec - 60 < s <= sec)
 
 
 class StatsStore:
@@ -230,7 +228,7 @@ class StatsStore:
 
     def _take_dirty(self) -> list[tuple[object, ...]]:
         """Snapshot dirty rows as tuples (on the event loop), to write elsewhere."""
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for swarm, node_id in self._dirty:
             s = self._swarms[swarm][node_id]
             rows.append(

@@ -93,7 +93,9 @@ def test_publish_sample_round_trip_and_never_own(tmp_path: Path) -> None:
             sent = [g(), g()]
             assert (await publish(a, *sent)).accepted == 2
             got = await sample(b)
-            assert sorted((s.group for s in got), key=lambda x: x.spec.index) == sorted(sent, key=lambda x: x.spec.index)
+            assert sorted((s.group for s in got), key=lambda x: x.spec.index) == sorted(
+                sent, key=lambda x: x.spec.index
+            )
             assert {(s.node_id, s.name) for s in got} == {(a.node_id, a.name)}
             assert await sample(a) == []  # never one's own
             assert await sample(b) == []  # already seen
@@ -168,7 +170,7 @@ def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> No
         async with relay(tmp_path) as r:
             bad, good, other = await joined(r), await joined(r), await joined(r)
             await publish(other, g())
-            for frame, code in [
+            cases: list[tuple[str | bytes, str]] = [
                 ("{nope", p.Code.MALFORMED),
                 (b"\x00\x01binary", p.Code.MALFORMED),
                 ('{"type": "sample", "v": 1, "n": "four"}', p.Code.INVALID),
@@ -176,7 +178,8 @@ def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> No
                 (p.encode(p.Ack(accepted=1)), p.Code.UNEXPECTED),
                 (p.encode(p.Hello(swarm="s", node_id=bad.node_id, name="x", model="m", client_version="1")),
                  p.Code.UNEXPECTED),
-            ]:  # fmt: skip
+            ]  # fmt: skip
+            for frame, code in cases:
                 await bad.send_raw(frame)
                 reply = await bad.recv(T)
                 assert isinstance(reply, p.Error) and reply.code == code, (frame, reply)
@@ -256,7 +259,7 @@ def test_adoption_and_stats_persist_across_restart(tmp_path: Path) -> None:
     run(second_life)
 
 
-def test_crashing_handler_is_closed_1011_and_others_go_on(tmp_path: Path) -> None:
+def test_crashing_handler_is_closed_1011_and_others_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
             victim, bystander = await joined(r), await joined(r)
@@ -267,7 +270,7 @@ def test_crashing_handler_is_closed_1011_and_others_go_on(tmp_path: Path) -> Non
                     raise KeyError("/very/secret/internal/path")
                 return real(session, msg)
 
-            r._dispatch = dispatch  # type: ignore[method-assign]
+            monkeypatch.setattr(r, "_dispatch", dispatch)
             await victim.send_raw(p.encode(p.StatsRequest()))
             assert victim.ws is not None
             with pytest.raises(ConnectionClosed) as info:
