@@ -177,6 +177,17 @@ def spawn_relay(args: list[str], workdir: Path) -> SpawnedRelay:
 # --- one worker: a share of the nodes in one asyncio loop -------------------------------------
 
 
+class _Reply(msgspec.Struct):
+    """Just enough of a reply to check it: the simulated client must not cost more than the relay."""
+
+    type: str
+    code: str | None = None
+
+
+_reply_decoder = msgspec.json.Decoder(_Reply)
+EXPECTED = {"publish": "ack", "sample": "groups", "stats": "stats_reply"}
+
+
 @dataclass
 class WorkerResult:
     latencies: array[float] = field(default_factory=lambda: array("d"))  # seconds
@@ -218,15 +229,15 @@ async def _node_loop(
             msg, kind = p.Publish(groups=[group]), "publish"
         else:
             msg, kind = p.Sample(n=sample_n, max_age_s=600), "sample"
-        frame = p.encode(msg)
+        frame = p.encode_bytes(msg)
         assert node.ws is not None
         t0 = time.perf_counter()
-        await node.ws.send(frame)
-        reply = p.decode(await node.ws.recv())
+        await node.ws.send(frame, text=True)
+        reply = _reply_decoder.decode(await node.ws.recv(decode=False))
         res.latencies.append(time.perf_counter() - t0)
         res.kinds[kind] += 1
-        if isinstance(reply, p.Error):
-            res.errors[reply.code] += 1
+        if reply.type != EXPECTED[kind]:
+            res.errors[reply.code or f"unexpected {reply.type}"] += 1
 
 
 async def _worker_main(cfg: dict[str, Any], first: int, count: int, ready: Any, go: Any) -> WorkerResult:
@@ -278,15 +289,11 @@ def _worker(cfg: dict[str, Any], first: int, count: int, ready: Any, go: Any, ou
 # --- the parent: relay, workers, measurements ---------------------------------------------
 
 
-def _relay_quantiles(http: str, qs: tuple[float, ...]) -> dict[float, float] | None:
-    """Quantiles (bucket upper bounds) of the relay's own request-latency histogram."""
-    try:
-        text = http_get(http + "/metrics")
-    except OSError:
-        return None
+def _relay_quantiles(text: str, name: str, qs: tuple[float, ...]) -> dict[float, float] | None:
+    """Quantiles (bucket upper bounds) of one of the relay's histograms, all labels together."""
     buckets: dict[float, float] = defaultdict(float)
     for family in text_string_to_metric_families(text):
-        if family.name == "sapo_relay_request_seconds":
+        if family.name == name:
             for s in family.samples:
                 if s.name.endswith("_bucket"):
                     buckets[float(s.labels["le"])] += s.value
@@ -411,12 +418,17 @@ def main(argv: list[str] | None = None) -> int:
         + "  ".join(f"p{int(q * 100)} {_pct(lat, q) * 1000:.1f} ms" for q in (0.5, 0.9, 0.99))
         + f"  max {lat[-1] * 1000 if lat else float('nan'):.1f} ms"
     )
-    relay_q = _relay_quantiles(http, (0.5, 0.99))
-    if relay_q:
-        print(
-            "latency (relay histogram, bucket bound): "
-            + "  ".join(f"p{int(q * 100)} <= {v * 1000:g} ms" for q, v in relay_q.items())
-        )
+    try:
+        metrics = http_get(http + "/metrics")
+    except OSError:
+        metrics = ""
+    for label, name in (
+        ("relay request time (its histogram, bucket bound)", "sapo_relay_request_seconds"),
+        ("relay event-loop lag (bucket bound)", "sapo_relay_loop_lag_seconds"),
+    ):
+        found = _relay_quantiles(metrics, name, (0.5, 0.99))
+        if found:
+            print(f"{label}: " + "  ".join(f"p{int(q * 100)} <= {v * 1000:g} ms" for q, v in found.items()))
     if watched and rss:
         print(
             f"relay RSS: start {rss[0] / 2**20:.0f} MiB, peak {max(rss) / 2**20:.0f} MiB, "

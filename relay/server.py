@@ -129,6 +129,12 @@ class Metrics:
             buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "sapo_relay_loop_lag_seconds",
+            "Event-loop wake-up delay (sampled 20 times a second)",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
         for kind in ("publish", "sample", "stats", "report", "refused"):
             self.latency.labels(kind)  # show every series from the start, at zero
 
@@ -144,7 +150,7 @@ class Relay:
         self.peers: dict[str, dict[str, _Session]] = {}  # swarm -> node_id -> session
         self.port = config.port
         self._server: Server | None = None
-        self._flusher: asyncio.Task[None] | None = None
+        self._chores: list[asyncio.Task[None]] = []
         self._stopping: asyncio.Future[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         c = config
@@ -188,7 +194,7 @@ class Relay:
             self.stats.close()
             raise
         self.port = self._server.sockets[0].getsockname()[1]
-        self._flusher = asyncio.create_task(self._flush_loop())
+        self._chores = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._lag_probe())]
         log.info("listening on ws://%s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
 
     async def stop(self) -> None:
@@ -201,16 +207,16 @@ class Relay:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-        for task in (self._flusher, *self._background):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        for task in (*self._chores, *self._background):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self.stats is not None:
             self.stats.close()
         log.info("stopped")
 
     async def _flush_loop(self) -> None:
+        last_summary = time.monotonic()
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
             try:
@@ -219,6 +225,19 @@ class Relay:
                 await self.stats.flush_async()
             except Exception:
                 log.exception("periodic flush failed")
+            if time.monotonic() - last_summary >= 60:
+                last_summary = time.monotonic()
+                log.info(
+                    "%d peers in %d swarms; pool %d groups, %.1f MiB",
+                    self.peer_count, len(self.peers), self.pool.groups, self.pool.bytes / 2**20,
+                )  # fmt: skip
+
+    async def _lag_probe(self) -> None:
+        """How late the event loop wakes up: the wait every request sees before it is read."""
+        while True:
+            started = time.monotonic()
+            await asyncio.sleep(0.05)
+            self.metrics.loop_lag.observe(max(0.0, time.monotonic() - started - 0.05))
 
     # --- plain HTTP -----------------------------------------------------------------
 
