@@ -21,6 +21,17 @@ Conversation (one reply per request, in order)::
                                  <- ack {accepted: 1}
     anything refused             <- error {code, reason}         (maybe then a close)
 
+Connecting (``websockets`` asyncio client)::
+
+    async with connect(url, max_size=MAX_FRAME_BYTES) as ws:
+        await ws.send(encode(Hello(swarm=..., node_id=..., name=display_name(node_id), ...)))
+        welcome = decode(await ws.recv())          # Welcome, or Error then a close
+        await ws.send(encode(Sample(n=4)))
+        groups = decode(await ws.recv())           # Groups
+
+The relay pings every 20 s and drops a peer that has not answered for 20 s more,
+so keep the client's event loop running (or reconnect per round).
+
 Errors (one hierarchy)::
 
     Exception

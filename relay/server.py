@@ -331,6 +331,8 @@ class Relay:
             del swarm[session.node_id]
             if not swarm:
                 del self.peers[session.swarm]
+            if self.stats is not None:
+                self.stats.touch(session.swarm, session.node_id, session.name, time.time())  # last seen now
 
     async def _serve(self, s: _Session) -> None:
         while True:
