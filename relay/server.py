@@ -187,6 +187,9 @@ class Relay:
                 self.config.port,
                 process_request=self._http,
                 max_size=p.MAX_FRAME_BYTES,
+                # Requests are answered one at a time, so a deep receive queue only lets one
+                # peer park megabytes here: 4 frames, then TCP backpressure.
+                max_queue=4,
                 compression="deflate" if self.config.compression else None,
                 close_timeout=5,
             )
