@@ -212,7 +212,7 @@ def test_first_message_must_be_hello_in_time(tmp_path: Path) -> None:
 
 def test_rate_limit_then_close_on_abuse(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with relay(tmp_path, rate_per_s=0.5, burst=3, error_per_s=0.1, error_burst=2) as r:
+        async with relay(tmp_path, rate_per_s=0.001, burst=3, error_per_s=0.001, error_burst=2) as r:
             node, bystander = await joined(r), await joined(r)
             codes = []
             for _ in range(5):
