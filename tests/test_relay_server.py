@@ -195,12 +195,13 @@ def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> No
 
 def test_first_message_must_be_hello_in_time(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with relay(tmp_path, hello_timeout_s=0.2 * SCALE) as r:
+        async with relay(tmp_path) as r:
             node = SimNode(url(r))
             node.ws = await connect(url(r))
             reply = await node.request(p.Sample(n=1), T)
             assert isinstance(reply, p.Error) and reply.code == p.Code.UNEXPECTED
             assert await closed_with(node) == 1002
+        async with relay(tmp_path, hello_timeout_s=0.2 * SCALE) as r:
             silent = SimNode(url(r))
             silent.ws = await connect(url(r))
             reply = await silent.recv(T)
