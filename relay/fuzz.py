@@ -222,10 +222,12 @@ async def _good(url: str, stop: asyncio.Event, deadline_s: float) -> tuple[int, 
     return served, failures
 
 
-async def fuzz(url: str, frames: int, connections: int, seed: int) -> tuple[Tally, int, list[str], float]:
+async def fuzz(
+    url: str, frames: int, connections: int, seed: int, deadline_s: float = 2.0
+) -> tuple[Tally, int, list[str], float]:
     tally, counter, stop = Tally(), [0], asyncio.Event()
     started = time.monotonic()
-    good = asyncio.create_task(_good(url, stop, deadline_s=2.0))
+    good = asyncio.create_task(_good(url, stop, deadline_s))
     await asyncio.gather(*(_hostile(url, frames, random.Random(seed + i), tally, counter) for i in range(connections)))
     stop.set()
     served, failures = await good
