@@ -28,7 +28,8 @@ _FALLBACK_TEMPLATE = (
 _backend_ready = False
 
 
-def _init_backend() -> None:
+def init_backend() -> None:
+    """Once per process, before any llama.cpp call: also silences its logging."""
     global _backend_ready
     if not _backend_ready:
         lc.llama_backend_init()
@@ -47,7 +48,7 @@ class LlamaModel:
 
     def __init__(self, path: Path, *, n_ctx: int = 4096, n_seq_max: int = 32, threads: int = 2,
                  n_batch: int = 512, n_gpu_layers: int = 0) -> None:
-        _init_backend()
+        init_backend()
         self.path = Path(path)
         if not self.path.is_file():
             raise SapoError(f"model file not found: {self.path}")

@@ -16,6 +16,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from engine.errors import SapoError
+from engine.llm import init_backend
 
 FTYPES = {"q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}
 _Q4_1 = lc.LLAMA_FTYPE_MOSTLY_Q4_1
@@ -50,6 +51,7 @@ def working_gguf(source: Path, weights: str, cache_dir: Path) -> Path:
         return out
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".tmp{os.getpid()}")
+    init_backend()
     params = lc.llama_model_quantize_default_params()
     params.ftype = FTYPES[fmt]
     params.allow_requantize = True

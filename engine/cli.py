@@ -1,0 +1,145 @@
+"""``sapo-engine``: the headless node.
+
+    sapo-engine run [--offline] [--rounds N] [--data-dir DIR] [--events FILE] [--config FILE] [flags]
+    sapo-engine models
+    sapo-engine export --data-dir DIR OUT
+
+User errors print one line on stderr and exit 2; nothing else is printed as a traceback
+unless it is a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from engine.errors import SapoError
+
+PROG = "sapo-engine"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not a usage dump
+        raise SapoError(f"{message} (see '{self.prog} --help')")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="SAPO Swarm node: RL post-training of your own model, together with a swarm.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="train this node (resumes from its last checkpoint)")
+    run.add_argument("--rounds", type=_int, default=0, help="stop once this many rounds are done in total (0 = run until stopped)")
+    run.add_argument("--data-dir", type=Path, help="where identity, checkpoints and adapters live (default: the user data dir)")
+    run.add_argument("--events", help="also write events as JSON lines to this file ('-' = stdout)")
+    run.add_argument("--config", type=Path, help="TOML settings file; flags override it")
+    run.add_argument("--quiet", action="store_true", help="no progress lines on the terminal")
+    # Node settings: names match NodeConfig fields (see engine/config.py for defaults and meaning).
+    run.add_argument("--model", help="catalog name (see 'sapo-engine models') or path to a .gguf file")
+    run.add_argument("--weights", help="working weight format: auto, as-is, q4_0, q8_0")
+    run.add_argument("--preset", help="task preset: easy or paper")
+    run.add_argument("--tasks", type=_csv, help="comma-separated reasoning-gym datasets")
+    run.add_argument("--local", dest="local_groups", type=_int, help="I: own question groups per round")
+    run.add_argument("--external", dest="external_groups", type=_int, help="J: swarm groups per round")
+    run.add_argument("--completions", type=_int, help="L: answers per question")
+    run.add_argument("--max-tokens", type=_int, help="new tokens per answer")
+    run.add_argument("--temperature", type=_float)
+    run.add_argument("--threads", type=_int, help="CPU threads for llama.cpp and torch")
+    run.add_argument("--seed", type=_int)
+    run.add_argument("--fewshot", type=_int, help="worked examples in each prompt")
+    run.add_argument("--format-bonus", type=_float, help="reward for a well-formed <answer> tag")
+    run.add_argument("--lr", dest="learning_rate", type=_float)
+    run.add_argument("--lora-rank", type=_int)
+    run.add_argument("--iterations", type=_int, help="policy updates per round on the same rollouts")
+    run.add_argument("--micro-batch", type=_int)
+    run.add_argument("--eval-every", type=_int, help="rounds between held-out evaluations (0 = never)")
+    run.add_argument("--eval-per-task", type=_int)
+    run.add_argument("--relay", help="relay URL, ws://host:port or wss://host:port")
+    run.add_argument("--swarm", help="swarm name on the relay")
+    run.add_argument("--token", help="shared token of a private swarm")
+    run.add_argument("--offline", action="store_true", default=None, help="train alone, no relay")
+
+    sub.add_parser("models", help="list the model catalog, what fits this machine, and the recommendation")
+
+    exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
+    exp.add_argument("--data-dir", type=Path)
+    exp.add_argument("out", type=Path)
+    return p
+
+
+SETTING_FLAGS = (
+    "model", "weights", "preset", "tasks", "local_groups", "external_groups", "completions", "max_tokens",
+    "temperature", "threads", "seed", "fewshot", "format_bonus", "learning_rate", "lora_rank", "iterations",
+    "micro_batch", "eval_every", "eval_per_task", "relay", "swarm", "token", "offline",
+)
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
+
+
+def default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("sapo-swarm", appauthor=False))
+
+
+def prepare_data_dir(path: Path | None) -> Path:
+    data_dir = (path or default_data_dir()).expanduser()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise SapoError(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
+    return data_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "run":
+            from engine.runner import run
+
+            return run(args)
+        if args.command == "models":
+            from engine.hardware import detect, format_catalog
+
+            print(format_catalog(detect()))
+            return 0
+        if args.command == "export":
+            from engine.export import export
+
+            export(prepare_data_dir(args.data_dir), args.out)
+            return 0
+        raise SapoError(f"unknown command {args.command!r}")
+    except SapoError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""``sapo-engine run``: settings -> model file -> node -> rounds, with events and clean stops."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.cli import flag_settings, prepare_data_dir
+from engine.config import build_config, load_toml, resolve_auto
+from engine.errors import SapoError
+from engine.events import EventLog, terminal_printer
+from engine.identity import load_or_create_node_id
+
+
+def default_threads() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def resolve_model_file(choice: str | None) -> tuple[Path, str]:
+    """The GGUF the user asked for (catalog name, path, or the best fit), downloaded if needed."""
+    from engine.download import ensure_model
+    from engine.hardware import detect, resolve_model
+
+    resolved = resolve_model(choice, detect())
+    path = resolved.path if resolved.path is not None else ensure_model(resolved.entry)
+    return Path(path), resolved.name
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.rounds < 0:
+        raise SapoError(f"--rounds must be >= 0, got {args.rounds}")
+    file_values = load_toml(args.config) if args.config else {}
+    cfg = build_config(file_values, flag_settings(args))
+    data_dir = prepare_data_dir(args.data_dir)
+
+    events = EventLog()
+    if not args.quiet:
+        events.add(terminal_printer(sys.stderr))
+    if args.events == "-":
+        events.add_jsonl(sys.stdout)
+    elif args.events:
+        events.add_jsonl(Path(args.events))
+
+    from engine.modelfile import inspect_gguf
+    from engine.weights import working_gguf
+
+    source, model_name = resolve_model_file(cfg.model)
+    info = inspect_gguf(source)
+    cfg = resolve_auto(cfg, info.n_params)
+    threads = cfg.threads or default_threads()
+    model_path = working_gguf(source, cfg.weights, data_dir / "models")
+    node_id = load_or_create_node_id(data_dir)
+
+    from engine.node import Node
+
+    node = Node(cfg, model_path, model_name, node_id, events, threads)
+    stop = _StopFlag()
+    try:
+        target = args.rounds or None
+        settings = {**_public(cfg), "threads": threads}
+        events.emit("start", node_id=node_id, model=model_name, model_path=str(model_path),
+                    round_start=node.round, round_end=target, **settings)
+        while (target is None or node.round < target) and not stop.requested:
+            node.run_round()
+        events.emit("stop", round=node.round, reason=stop.reason or "finished")
+    finally:
+        node.close()
+        events.close()
+    return 0
+
+
+def _public(cfg: Any) -> dict[str, Any]:
+    """Settings for the start event, secrets left out."""
+    values = dataclasses.asdict(cfg)
+    values.pop("token", None)
+    values.pop("model", None)  # the start event names the resolved model instead
+    return values
+
+
+class _StopFlag:
+    """SIGTERM/SIGINT end the run after the round in flight, so nothing is half-written."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.reason = ""
+        self.signum = 0
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.requested:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.requested, self.signum = True, signum
+        self.reason = f"signal {signal.Signals(signum).name}"
+        print(f"stopping after this round ({self.reason}); send again to stop now", file=sys.stderr, flush=True)

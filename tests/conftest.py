@@ -1,0 +1,40 @@
+"""Shared fixtures: the real bundled model, its Q4_0 working copy, one llama.cpp context."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a model hub
+
+
+@pytest.fixture(scope="session")
+def bundled_gguf() -> Path:
+    from engine.modelfile import bundled_model_path
+
+    return bundled_model_path()
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Requantized GGUFs and dequantized torch weights, shared by the session's tests."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
+@pytest.fixture(scope="session")
+def working_gguf(bundled_gguf: Path, model_cache: Path) -> Path:
+    from engine.weights import working_gguf as make
+
+    return make(bundled_gguf, "auto", model_cache)
+
+
+@pytest.fixture(scope="session")
+def llm(working_gguf: Path):
+    from engine.llm import LlamaModel
+
+    model = LlamaModel(working_gguf, n_ctx=4096, n_seq_max=16, threads=2)
+    yield model
+    model.close()

@@ -1,0 +1,101 @@
+"""The headless CLI on bad input: one clear line on stderr, non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def sapo(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("sapo-engine: error: ")
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> str:
+    return str(tmp_path / "data")
+
+
+def test_unknown_model_name_suggests_close_ones(data):
+    proc = sapo("run", "--offline", "--rounds", "1", "--data-dir", data, "--model", "qwen2.5-0.5bb")
+    assert_one_line_error(proc, "qwen2.5-0.5b")
+
+
+def test_missing_gguf(data, tmp_path):
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", str(tmp_path / "nope.gguf")),
+                          "nope.gguf")
+
+
+def test_corrupt_gguf(data, tmp_path, bundled_gguf):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(bundled_gguf.read_bytes()[:4096])  # truncated: header intact, tensors gone
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", str(bad)), "broken.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all" * 100)
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", str(junk)), "junk.gguf")
+
+
+def test_unsupported_architecture(data, tmp_path):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "gpt2.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", str(path)), "gpt2")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--tasks", "basic_arithmetic,not_a_task"], "not_a_task"),
+    (["--completions", "1"], "completions"),
+    (["--rounds", "-3"], "rounds"),
+    (["--rounds", "three"], "whole number"),
+    (["--max-tokens", "0"], "max tokens"),
+    (["--threads", "0"], "threads"),
+    (["--local", "-1"], "local"),
+    (["--local", "0", "--external", "0"], "budget"),
+    (["--preset", "impossible"], "preset"),
+    (["--weights", "q3"], "weights"),
+    (["--temperature", "0"], "temperature"),
+    (["--no-such-flag"], "unrecognized"),
+])
+def test_invalid_settings(data, flags, needle):
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, *flags), needle)
+
+
+def test_bad_config_files(data, tmp_path):
+    missing = tmp_path / "none.toml"
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--config", str(missing)), "not found")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("completions = = 3\n")
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--config", str(broken)), "not valid TOML")
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("complitions = 3\n")
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--config", str(unknown)), "complitions")
+    wrong_type = tmp_path / "type.toml"
+    wrong_type.write_text('completions = "lots"\n')
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--config", str(wrong_type)), "completions")
+
+
+def test_unwritable_data_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", str(blocker / "sub")), "not writable")
