@@ -107,7 +107,7 @@ class MemoryNeeds:
 
 @dataclass(frozen=True)
 class Measured:
-    """Figures measured on a real run; they replace the formula's where given."""
+    """Figures measured on a real CPU run; they replace the formula's where given (CPU only)."""
 
     rollout_bytes: int | None = None
     train_cpu_bytes: int | None = None
@@ -170,7 +170,7 @@ def memory_needs(shape: ModelShape, file_size: int, device: Device, measured: Me
     basis = "estimated"
     if measured is not None:
         parts = []
-        if measured.rollout_bytes is not None:
+        if device == "cpu" and measured.rollout_bytes is not None:
             rollout, parts = measured.rollout_bytes, parts + ["rollout"]
         if device == "cpu" and measured.train_cpu_bytes is not None:
             train, parts = measured.train_cpu_bytes, parts + ["training"]
@@ -212,15 +212,20 @@ def _shape(p: int, layers: int, embd: int, heads: int, kv: int, hd: int, ff: int
     return ModelShape(p, layers, embd, heads, kv, hd, ff, vocab)
 
 
-# Bundled 135M, measured with torch 2.13 CPU / transformers 5.24 on the 2-core reference
-# box: AutoModelForCausalLM.from_pretrained(dir, gguf_file=...) in fp32 -> peak RSS
-# 1,200.6 MB (ru_maxrss), 951 MB after load; one LoRA step (r 16, all linear, 4 x 1024
-# tokens, gradient checkpointing, 256-token log-prob chunks recomputed in backward, AdamW)
-# -> peak RSS below.
+# Bundled 135M, measured on the 2-core reference box (torch 2.13 CPU, transformers 5.24,
+# peft 0.21, llama-cpp-python 0.3.36), peak RSS (ru_maxrss) of the whole process:
+# - rollout: engine.llm.LlamaModel on the Q4_1 file, n_ctx 8192, 8 sequences, every KV
+#   cell filled with a 1k-token prompt: 387 MB.
+# - load: AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=float32): 1,201 MB.
+# - training: LoRA r 16 on all linear layers, micro-batch 4 x 1024 tokens, gradient
+#   checkpointing, 256-token log-prob chunks recomputed in backward, one AdamW step:
+#   1,532 MB with glibc's mmap threshold fixed at 1 MiB (see hardware.tune_allocator);
+#   5,374 MB with glibc defaults, whose heap keeps freed activations: 3.5 x the need.
 _BUNDLED_MEASURED = Measured(
-    train_cpu_bytes=None,
-    load_ram_cpu_bytes=1_200_582_656,
-    how="torch fp32 load via transformers gguf_file, peak RSS, 2-core reference box",
+    rollout_bytes=386_957_312,
+    train_cpu_bytes=1_531_965_440,
+    load_ram_cpu_bytes=1_202_245_632,
+    how="peak RSS on the 2-core reference box; training with the allocator tuned",
 )
 
 # Shapes are from each model's config.json; n_params is the GGUF tensor total (tied

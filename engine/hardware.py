@@ -8,6 +8,7 @@ and ties are broken by catalog order.
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import os
 import platform
@@ -182,6 +183,30 @@ def _cgroup_memory_limit() -> int | None:
         if text.isdigit() and int(text) < 1 << 60:  # v1 reports "no limit" as a huge number
             return int(text)
     return None
+
+
+# Large allocations (>= this) get their own mmap and go back to the OS when freed.
+ALLOCATOR_MMAP_THRESHOLD = 1 << 20
+
+
+def tune_allocator(mmap_threshold: int = ALLOCATOR_MMAP_THRESHOLD) -> bool:
+    """Stop glibc's heap from hoarding freed tensors; call once at engine start, before torch work.
+
+    glibc raises its mmap threshold after big frees, after which activation-sized tensors
+    come from the heap and freed ones stay resident: a LoRA step on the 135M model peaked
+    at 5.4 GB RSS instead of 1.5 GB. A fixed threshold keeps big tensors on their own
+    mappings. The catalog's CPU memory figures assume this. Returns False where it does
+    not apply (not glibc: macOS, Windows, musl).
+    """
+    if platform.system() != "Linux":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_mmap_threshold = -3  # from malloc.h
+    return bool(mallopt(ctypes.c_int(m_mmap_threshold), ctypes.c_int(mmap_threshold)))
 
 
 # ---------------------------------------------------------------------------------------

@@ -186,3 +186,10 @@ def test_format_catalog():
 def test_format_catalog_gpu():
     text = format_catalog(gpu_box(24))
     assert "GPU memory" in text and "train(GPU)" in text
+
+
+def test_tune_allocator(monkeypatch):
+    if hardware.platform.system() == "Linux" and hardware.platform.libc_ver()[0] == "glibc":
+        assert hardware.tune_allocator() is True
+    monkeypatch.setattr(hardware.platform, "system", lambda: "Darwin")
+    assert hardware.tune_allocator() is False
