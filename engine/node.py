@@ -7,6 +7,8 @@ events. This module wires the pieces together; each piece lives in its own modul
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import statistics
 import time
@@ -14,12 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from engine.adapter import AdapterSync
+from engine.checkpoint import CheckpointStore, NodeState
 from engine.config import NodeConfig
+from engine.errors import SapoError
+from engine.evaluate import evaluate
+from engine.grpo import group_advantages
+from engine.policy import attach_lora, load_base, lora_config
+from engine.trainer import Sample, TrainConfig, Trainer
 from engine.events import EventLog
 from engine.llm import LlamaModel
 from engine.rewards import Score, score_completion
 from engine.rollout import Completion, RolloutGenerator, SamplingParams
-from engine.tasks import (Question, QuestionStream, TaskEntry, build_messages, build_mix, derive_seed,
+from engine.tasks import (Question, QuestionStream, StreamState, TaskEntry, build_messages, build_mix, derive_seed,
                           fewshot_messages, heldout_set, scorer_for)
 
 MAX_SEQS_PER_BATCH = 64
@@ -53,8 +64,10 @@ def summarize(groups: list[ScoredGroup]) -> dict[str, float]:
 
 
 class Node:
+    """Owns the sampler (llama.cpp), the policy (torch + LoRA) and the node's state."""
+
     def __init__(self, cfg: NodeConfig, model_path: Path, model_name: str, node_id: str, events: EventLog,
-                 threads: int) -> None:
+                 threads: int, data_dir: Path, arch: str, cache_dir: Path) -> None:
         assert cfg.completions and cfg.max_tokens and cfg.preset and cfg.fewshot is not None
         self.cfg = cfg
         self.model_name = model_name
@@ -68,8 +81,37 @@ class Node:
         self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads)
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
-        self.round = 0
         self._fewshot: dict[str, list[dict[str, str]]] = {}
+        self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None}, model=model_name)
+
+        torch.manual_seed(derive_seed("lora-init", node_id, cfg.seed) % 2**31)
+        torch.set_num_threads(threads)
+        base = load_base(model_path, cache_dir / "torch")
+        self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
+        self.trainer = Trainer(self.policy, TrainConfig(cfg.learning_rate, cfg.weight_decay, cfg.grad_clip,
+                                                        cfg.micro_batch, cfg.iterations, cfg.eps_low, cfg.eps_high))
+        self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
+        self.checkpoints = CheckpointStore(data_dir / "checkpoints")
+        self._resume()
+
+    @property
+    def round(self) -> int:
+        return self.state.round
+
+    def _resume(self) -> None:
+        latest = self.checkpoints.latest()
+        if latest is None:
+            return
+        state = self.checkpoints.load_state(latest)  # verifies the manifest first
+        if state.model and state.model != self.model_name:
+            raise SapoError(f"the data dir holds a checkpoint for model {state.model!r}, not {self.model_name!r}; "
+                            f"use another --data-dir or the same model")
+        self.checkpoints.load_weights(latest, self.policy, self.trainer.optimizer)
+        self.state.round, self.state.history = state.round, state.history
+        self.stream.state = StreamState(**state.stream)
+        self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
+        self.events.emit("status", message=f"resumed from {latest.name}", round=self.round,
+                         lora_digest=lora_digest(self.policy))
 
     # --- prompts and scoring ---
     def prompt_ids(self, q: Question) -> list[int]:
@@ -92,28 +134,88 @@ class Node:
         return [ScoredGroup(q, p, cs, self.score(q, cs)) for q, p, cs in zip(questions, prompts, outs)]
 
     # --- the loop ---
+    def evaluate(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        result = evaluate(self.rollout, self.heldout, self.params)
+        result["eval_s"] = round(time.perf_counter() - t0, 2)
+        self.events.emit("eval", round=self.round, **result)
+        self.state.history.append({"type": "eval", "round": self.round,
+                                   "eval_accuracy": result["eval_accuracy"],
+                                   "eval_sampled_reward": result["eval_sampled_reward"]})
+        return result
+
     def run_round(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        self.round += 1
-        self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, self.round))
+        rnd = self.round + 1
+        if self.round == 0 and self.cfg.eval_every and not self.state.history:
+            self.evaluate()  # the baseline, before any training
+        # 1. rollouts on our own questions
+        self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
         n_local = self.cfg.local_groups + self.cfg.external_groups  # offline: the whole budget is local
         groups = self.rollout(self.stream.draw(n_local))
-        stats = self.generator.last
+        gen = self.generator.last
+        # 2. GRPO update on groups with reward spread
+        samples, dropped = build_samples(groups)
+        train = self.trainer.step(samples)
+        # 3. hot-swap the new adapter into llama.cpp, then checkpoint
+        swap_ms = self.sync.sync(self.policy) if samples else 0.0
+        summary = summarize(groups)
+        self.state.round = rnd
+        self.state.stream = dataclasses.asdict(self.stream.state)
+        self.state.history.append({"type": "round", "round": rnd, **{k: round(v, 4) for k, v in summary.items()},
+                                   "loss": round(train.loss, 6)})
+        t_ckpt = time.perf_counter()
+        self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
         metrics: dict[str, Any] = {
-            "round": self.round,
-            **summarize(groups),
+            "round": rnd,
+            **summary,
             "groups": len(groups),
-            "gen_tokens": stats.tokens,
-            "gen_s": round(stats.seconds, 3),
-            "gen_tokens_per_s": round(stats.tokens_per_s, 1),
+            "gen_tokens": gen.tokens,
+            "gen_s": round(gen.seconds, 3),
+            "gen_tokens_per_s": round(gen.tokens_per_s, 1),
+            "loss": train.loss,
+            "train_s": round(train.seconds, 3),
+            "swap_ms": round(swap_ms, 2),
+            "checkpoint_ms": round((time.perf_counter() - t_ckpt) * 1000, 1),
+            "groups_trained": len(groups) - dropped,
+            "groups_dropped": dropped,
+            "tokens_trained": train.tokens,
+            "clip_low_frac": round(train.clip_low_frac, 4),
+            "clip_high_frac": round(train.clip_high_frac, 4),
+            "grad_norm": round(train.grad_norm, 4),
             "per_task": _per_task(groups),
         }
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
         self.events.emit("round", **metrics)
+        if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
+            self.evaluate()
+            self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)  # keep the eval in history
         return metrics
 
     def close(self) -> None:
         self.llm.close()
+
+
+def lora_digest(model: torch.nn.Module) -> str:
+    """A short fingerprint of the LoRA weights, to show which weights a node runs."""
+    h = hashlib.sha256()
+    for name, p in sorted((n, p) for n, p in model.named_parameters() if p.requires_grad):
+        h.update(name.encode())
+        h.update(p.detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def build_samples(groups: list[ScoredGroup]) -> tuple[list[Sample], int]:
+    """Training samples from groups with reward spread; returns them and the number of groups dropped."""
+    samples: list[Sample] = []
+    dropped = 0
+    for g in groups:
+        adv = group_advantages(g.rewards)
+        if adv is None:
+            dropped += 1
+            continue
+        samples += [Sample(g.prompt_ids, c.token_ids, a) for c, a in zip(g.completions, adv)]
+    return samples, dropped
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

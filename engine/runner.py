@@ -23,6 +23,13 @@ def default_threads() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def default_cache_dir() -> Path:
+    """Derived files (requantized GGUFs, dequantized torch weights): safe to delete, slow to remake."""
+    import platformdirs
+
+    return Path(os.environ.get("SAPO_CACHE_DIR") or platformdirs.user_cache_dir("sapo-swarm", appauthor=False))
+
+
 def resolve_model_file(choice: str | None) -> tuple[Path, str]:
     """The GGUF the user asked for (catalog name, path, or the best fit), downloaded if needed."""
     from engine.download import ensure_model
@@ -55,12 +62,13 @@ def run(args: argparse.Namespace) -> int:
     info = inspect_gguf(source)
     cfg = resolve_auto(cfg, info.n_params)
     threads = cfg.threads or default_threads()
-    model_path = working_gguf(source, cfg.weights, data_dir / "models")
+    cache_dir = default_cache_dir()
+    model_path = working_gguf(source, cfg.weights, cache_dir / "models")
     node_id = load_or_create_node_id(data_dir)
 
     from engine.node import Node
 
-    node = Node(cfg, model_path, model_name, node_id, events, threads)
+    node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir)
     stop = _StopFlag()
     try:
         target = args.rounds or None
