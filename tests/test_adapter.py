@@ -168,6 +168,7 @@ def test_adapter_sync_alternates_files_and_swaps_repeatedly(setup: Setup, tmp_pa
             assert sorted(adapters.iterdir()) == [sync.current]  # stale file deleted, no temp left
             seen.add(sync.current.name)
         grown = psutil.Process().memory_info().rss - rss
+        print(f"20 syncs: RSS grew {grown / 2**20:.1f} MB")
         assert seen == {"lora-a.gguf", "lora-b.gguf"}
         # Each adapter holds ~9 MB of tensors: a leak of freed adapters would show as ~180 MB.
         assert grown < 60 * 2**20, f"RSS grew {grown / 2**20:.0f} MB over 20 swaps"
