@@ -70,29 +70,35 @@ def setup(working_gguf: Path, model_cache: Path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     llm = LlamaModel(working_gguf, n_ctx=512, n_seq_max=1, threads=1)
-    torch.manual_seed(0)
-    model = attach_lora(load_base(working_gguf, model_cache), lora_config(8, 16, 0.0, ALL_LINEAR))
-    held_out = llm.prompt_tokens(HELD_OUT_CHAT)
-    train = torch.tensor([llm.prompt_tokens(TRAIN_CHAT)])
-    with model.disable_adapter():
-        torch_base = torch_logprobs(model, held_out)
-    # Real steps, so that every LoRA B (zero at init) takes values and the q/k layout matters.
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    for _ in range(2):
-        logits = model(input_ids=train).logits[0, :-1]
-        loss = torch.nn.functional.cross_entropy(logits, train[0, 1:])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    s = Setup(llm, model, info.architecture, info.n_head, info.n_head_kv, held_out, torch_base,
-              torch_logprobs(model, held_out), llm.token_logprobs(held_out, 1))
-    yield s
-    llm.close()
-    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        model = attach_lora(load_base(working_gguf, model_cache), lora_config(8, 16, 0.0, ALL_LINEAR))
+        held_out = llm.prompt_tokens(HELD_OUT_CHAT)
+        train = torch.tensor([llm.prompt_tokens(TRAIN_CHAT)])
+        with model.disable_adapter():
+            torch_base = torch_logprobs(model, held_out)
+        # Real steps, so that every LoRA B (zero at init) takes non-zero values.
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        for _ in range(2):
+            logits = model(input_ids=train).logits[0, :-1]
+            loss = torch.nn.functional.cross_entropy(logits, train[0, 1:])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        yield Setup(llm, model, info.architecture, info.n_head, info.n_head_kv, held_out, torch_base,
+                    torch_logprobs(model, held_out), llm.token_logprobs(held_out, 1))
+    finally:
+        llm.close()
+        torch.set_num_threads(threads)
 
 
 def gap(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).mean())
+
+
+def lora(module: torch.nn.Module, which: str) -> np.ndarray:
+    """peft's lora_A or lora_B weight of one adapted layer."""
+    return getattr(module, f"lora_{which}")["default"].weight.detach().numpy()
 
 
 def test_lora_changed_the_torch_model(setup: Setup) -> None:
@@ -192,14 +198,16 @@ def test_written_tensors_names_shapes_and_metadata(setup: Setup, tmp_path: Path)
     assert len(tensors) == 30 * 7 * 2
     layer = setup.model.get_base_model().model.layers[3]
     q, down = layer.self_attn.q_proj, layer.mlp.down_proj
-    np.testing.assert_array_equal(tensors["blk.3.ffn_down.weight.lora_a"], down.lora_A["default"].weight.detach().numpy())
-    np.testing.assert_array_equal(tensors["blk.3.ffn_down.weight.lora_b"], down.lora_B["default"].weight.detach().numpy())
-    assert tensors["blk.3.attn_q.weight.lora_a"].shape == (8, 576)
-    q_b = q.lora_B["default"].weight.detach().numpy()
-    assert tensors["blk.3.attn_q.weight.lora_b"].shape == (576, 8)
-    assert not np.array_equal(tensors["blk.3.attn_q.weight.lora_b"], q_b)  # rows permuted...
-    np.testing.assert_array_equal(np.sort(tensors["blk.3.attn_q.weight.lora_b"], 0), np.sort(q_b, 0))  # ...only
-    assert tensors["blk.3.attn_k.weight.lora_b"].shape == (192, 8)
+    np.testing.assert_array_equal(tensors["blk.3.ffn_down.weight.lora_a"], lora(down, "A"))
+    np.testing.assert_array_equal(tensors["blk.3.ffn_down.weight.lora_b"], lora(down, "B"))
+    np.testing.assert_array_equal(tensors["blk.3.attn_q.weight.lora_a"], lora(q, "A"))
+    # Undoing the converter's q/k row order, the way transformers' GGUF loader does, gives peft's B.
+    for name, module, heads in [("attn_q", q, 9), ("attn_k", layer.self_attn.k_proj, 3)]:
+        b = tensors[f"blk.3.{name}.weight.lora_b"]
+        assert b.shape == (heads * 64, 8)
+        unpermuted = b.reshape(heads, 32, 2, 8).swapaxes(1, 2).reshape(b.shape)
+        np.testing.assert_array_equal(unpermuted, lora(module, "B"))
+        assert not np.array_equal(b, lora(module, "B"))
 
 
 def _tiny(model_type: str, **lora_kwargs):
@@ -232,7 +240,7 @@ def test_qwen_layouts_are_written_unpermuted(arch: str, tmp_path: Path) -> None:
     layer = model.get_base_model().model.layers[1]
     for hf, name in [(layer.self_attn.q_proj, "attn_q"), (layer.self_attn.k_proj, "attn_k"),
                      (layer.mlp.up_proj, "ffn_up")]:
-        np.testing.assert_array_equal(tensors[f"blk.1.{name}.weight.lora_b"], hf.lora_B["default"].weight.detach().numpy())
+        np.testing.assert_array_equal(tensors[f"blk.1.{name}.weight.lora_b"], lora(hf, "B"))
 
 
 def test_per_module_scaling_is_folded_into_b(tmp_path: Path) -> None:
@@ -245,8 +253,7 @@ def test_per_module_scaling_is_folded_into_b(tmp_path: Path) -> None:
     assert reader.fields["adapter.lora.alpha"].contents() == pytest.approx(8.0)
     tensors = {t.name: t.data for t in reader.tensors}
     v = model.get_base_model().model.layers[0].self_attn.v_proj
-    np.testing.assert_allclose(tensors["blk.0.attn_v.weight.lora_b"], 4 * v.lora_B["default"].weight.detach().numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(tensors["blk.0.attn_v.weight.lora_b"], 4 * lora(v, "B"), rtol=1e-6)
 
 
 def test_unsupported_architecture_is_refused(tmp_path: Path) -> None:
