@@ -42,6 +42,15 @@ class NodeState:
     model: str = ""
 
 
+def lora_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """A short fingerprint of LoRA weights as peft saves them: shows which weights a node runs."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -8,7 +8,6 @@ events. This module wires the pieces together; each piece lives in its own modul
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import statistics
 import time
@@ -17,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import get_peft_model_state_dict
 
 from engine.adapter import AdapterSync
-from engine.checkpoint import CheckpointStore, NodeState
+from engine.checkpoint import CheckpointStore, NodeState, lora_digest
 from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.evaluate import evaluate
@@ -111,7 +111,7 @@ class Node:
         self.stream.state = StreamState(**state.stream)
         self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
         self.events.emit("status", message=f"resumed from {latest.name}", round=self.round,
-                         lora_digest=lora_digest(self.policy))
+                         lora_digest=lora_digest(get_peft_model_state_dict(self.policy)))
 
     # --- prompts and scoring ---
     def prompt_ids(self, q: Question) -> list[int]:
@@ -194,15 +194,6 @@ class Node:
 
     def close(self) -> None:
         self.llm.close()
-
-
-def lora_digest(model: torch.nn.Module) -> str:
-    """A short fingerprint of the LoRA weights, to show which weights a node runs."""
-    h = hashlib.sha256()
-    for name, p in sorted((n, p) for n, p in model.named_parameters() if p.requires_grad):
-        h.update(name.encode())
-        h.update(p.detach().float().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
 
 
 def build_samples(groups: list[ScoredGroup]) -> tuple[list[Sample], int]:

@@ -1,0 +1,130 @@
+"""A node end to end on the real model: trains, swaps, checkpoints, survives SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+NODE_ID = "5a90" * 8
+SMALL = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",
+         "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", "2", "--quiet"]
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return {**os.environ, "SAPO_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+
+
+def _prepare(data: Path) -> Path:
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "node.json").write_text(json.dumps({"node_id": NODE_ID}))  # fixed id: deterministic questions
+    return data
+
+
+def _events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_engine(data: Path, cache: Path, rounds: int, *extra: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    ev = data / f"events-{time.monotonic_ns()}.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "engine", "run", *SMALL, "--rounds", str(rounds), "--data-dir", str(data),
+                           "--events", str(ev), *extra], capture_output=True, text=True, timeout=timeout, env=_env(cache))
+    return proc, _events(ev)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, model_cache):
+    data = _prepare(tmp_path_factory.mktemp("node") / "data")
+    proc, events = run_engine(data, model_cache, 2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return data, events
+
+
+def test_two_offline_rounds_train_and_swap(trained):
+    from safetensors.torch import load_file
+
+    data, events = trained
+    rounds = [e for e in events if e["type"] == "round"]
+    assert [e["round"] for e in rounds] == [1, 2]
+    for e in rounds:
+        for key in ("reward_mean", "accuracy", "format_rate", "gen_tokens", "gen_tokens_per_s", "loss", "train_s",
+                    "swap_ms", "groups_trained", "groups_dropped", "tokens_trained"):
+            assert key in e, key
+        assert e["groups_trained"] + e["groups_dropped"] == 4
+    assert sum(e["groups_trained"] for e in rounds) > 0, "no group had reward spread: nothing was trained"
+    trained_rounds = [e for e in rounds if e["groups_trained"]]
+    assert all(e["swap_ms"] > 0 and e["tokens_trained"] > 0 for e in trained_rounds)
+    # The LoRA moved away from its initialisation (peft starts B at zero)...
+    ckpt = data / "checkpoints" / "round-000002"
+    weights = load_file(str(ckpt / "adapter_model.safetensors"))
+    assert any("lora_B" in k and v.abs().max() > 0 for k, v in weights.items())
+    # ... and llama.cpp runs it: exactly one adapter file is live.
+    assert len(list((data / "adapters").glob("*.gguf"))) == 1
+    assert (data / "checkpoints" / "LATEST").read_text().strip() == "round-000002"
+
+
+def test_rerun_with_same_target_does_nothing_more(trained, model_cache, tmp_path):
+    data, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    proc, events = run_engine(copy, model_cache, 2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not [e for e in events if e["type"] == "round"]
+    assert any(e["type"] == "status" and "resumed from round-000002" in e["message"] for e in events)
+
+
+def test_sigkill_mid_round_resumes_from_the_last_checkpoint(tmp_path, model_cache):
+    from safetensors.torch import load_file
+
+    from engine.checkpoint import lora_digest
+
+    data = _prepare(tmp_path / "data")
+    ev = tmp_path / "killed.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", *SMALL, "--rounds", "5", "--data-dir", str(data),
+                             "--events", str(ev)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(model_cache))
+    try:
+        deadline = time.monotonic() + 600
+        while not any(e["type"] == "round" for e in _events(ev)):
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1.5)  # well inside round 2: generating or training
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = max(e["round"] for e in _events(ev) if e["type"] == "round")
+    latest = (data / "checkpoints" / "LATEST").read_text().strip()
+    assert latest == f"round-{done:06d}"
+    expected = lora_digest(load_file(str(data / "checkpoints" / latest / "adapter_model.safetensors")))
+
+    proc2, events = run_engine(data, model_cache, done + 1)
+    assert proc2.returncode == 0, proc2.stderr[-2000:]
+    resumed = [e for e in events if e["type"] == "status" and "resumed" in e["message"]]
+    assert resumed and resumed[0]["round"] == done and resumed[0]["lora_digest"] == expected
+    assert [e["round"] for e in events if e["type"] == "round"] == [done + 1]
+
+
+def test_corrupt_checkpoint_is_a_clear_error(trained, model_cache, tmp_path):
+    data, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    weights = copy / "checkpoints" / "round-000002" / "adapter_model.safetensors"
+    blob = bytearray(weights.read_bytes())
+    blob[-10] ^= 0xFF
+    weights.write_bytes(bytes(blob))
+    proc, _ = run_engine(copy, model_cache, 3)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("sapo-engine: error: checkpoint") and "corrupt" in lines[-1]
+    assert "Traceback" not in proc.stderr
