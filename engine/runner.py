@@ -55,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.events:
         events.add_jsonl(Path(args.events))
 
+    from engine.hardware import tune_allocator
     from engine.modelfile import inspect_gguf
     from engine.weights import working_gguf
+
+    tune_allocator()  # before any torch work: keeps a training step's peak RSS ~3x lower on glibc
 
     source, model_name = resolve_model_file(cfg.model)
     info = inspect_gguf(source)
