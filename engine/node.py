@@ -82,7 +82,8 @@ class Node:
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
         self._fewshot: dict[str, list[dict[str, str]]] = {}
-        self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None}, model=model_name)
+        self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
+                               model=model_name)
 
         torch.manual_seed(derive_seed("lora-init", node_id, cfg.seed) % 2**31)
         torch.set_num_threads(threads)
