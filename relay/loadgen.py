@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     total = len(lat)
     print(
         f"requests: {total} in {args.seconds:g} s = {total / args.seconds:.0f} msg/s sustained "
-        f"(offered {args.rate:g}/s; {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
+        f"({f"offered {args.rate:g}/s" if args.rate else "closed loop"}; {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
         f"errors: {dict(errors) or 0}, connect failures: {failures}"
     )
     print(f"frames both ways: {2 * total / args.seconds:.0f}/s")
