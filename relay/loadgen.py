@@ -407,9 +407,10 @@ def main(argv: list[str] | None = None) -> int:
         failures += f
     lat.sort()
     total = len(lat)
+    offered = f"offered {args.rate:g}/s" if args.rate else "closed loop"
+    mix = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
     print(
-        f"requests: {total} in {args.seconds:g} s = {total / args.seconds:.0f} msg/s sustained "
-        f"({f"offered {args.rate:g}/s" if args.rate else "closed loop"}; {', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
+        f"requests: {total} in {args.seconds:g} s = {total / args.seconds:.0f} msg/s sustained ({offered}; {mix}); "
         f"errors: {dict(errors) or 0}, connect failures: {failures}"
     )
     print(f"frames both ways: {2 * total / args.seconds:.0f}/s")
