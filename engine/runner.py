@@ -15,6 +15,7 @@ from engine.config import build_config, load_toml, resolve_auto
 from engine.errors import SapoError
 from engine.events import EventLog, terminal_printer
 from engine.identity import load_or_create_node_id
+from engine.tasks import build_mix
 
 
 def default_threads() -> int:
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     file_values = load_toml(args.config) if args.config else {}
     cfg = build_config(file_values, flag_settings(args))
     data_dir = prepare_data_dir(args.data_dir)
+    # Task settings are checked before the model is fetched: a typo should not cost a download.
+    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)
 
     events = EventLog()
     if not args.quiet:

@@ -78,7 +78,7 @@ def test_unsupported_architecture(data, tmp_path):
     (["--no-such-flag"], "unrecognized"),
 ])
 def test_invalid_settings(data, flags, needle):
-    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, *flags), needle)
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", "smollm2-135m", *flags), needle)
 
 
 def test_bad_config_files(data, tmp_path):
