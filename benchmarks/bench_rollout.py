@@ -56,14 +56,15 @@ def bench_llama(path: Path, prompts: list[list[int]], L: int, params: SamplingPa
 
 
 def bench_hf(model: torch.nn.Module, prompts: list[list[int]], L: int, max_tokens: int, pad_id: int, eos_ids: list[int],
-             per_completion: int | None = None) -> tuple[float, int, float]:
+             per_completion: int | None = None, fixed: bool = False) -> tuple[float, int, float]:
     def generate(batch: list[list[int]]) -> int:
         width = max(len(p) for p in batch)
         ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])  # left padding
         attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                 max_new_tokens=max_tokens, pad_token_id=pad_id, eos_token_id=eos_ids)
+                                 max_new_tokens=max_tokens, min_new_tokens=max_tokens if fixed else 0,
+                                 pad_token_id=pad_id, eos_token_id=eos_ids, use_cache=True)
         new = out[:, width:]
         count = 0
         for row in new.tolist():  # real tokens: up to and including the first end-of-generation token
@@ -120,24 +121,30 @@ def main() -> None:
     eos_ids = [t for t in range(probe.n_vocab) if probe.eog_mask[t]]
     probe.close()
     L, T = args.completions, args.max_tokens
-    params = SamplingParams(max_tokens=T, stop_at_answer=False)
     print(f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count(logical=False)} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB; threads {args.threads}")
-    print(f"workload: {len(prompts)} questions x {L} completions, <= {T} new tokens, prompt ~{np.mean([len(p) for p in prompts]):.0f} tokens, T=1")
-    rows = []
-    rows.append(("engine: batched llama.cpp, Q4_0 (working copy)", *bench_llama(q4_0, prompts, L, params, args.threads)))
-    rows.append(("engine: batched llama.cpp, Q4_1 (as shipped)", *bench_llama(shipped, prompts, L, params, args.threads)))
-    rows.append(("llama.cpp one completion at a time, Q4_0", *bench_llama(q4_0, prompts, L, params, args.threads, True)))
+    print(f"workload: {len(prompts)} questions x {L} completions, <= {T} new tokens, "
+          f"prompt ~{np.mean([len(p) for p in prompts]):.0f} tokens, T=1")
     from engine.policy import load_base
 
     hf = load_base(q4_0, cache / "torch")
-    hf.config.use_cache = True
-    rows.append((f"HF generate fp32, batch {len(prompts) * L}", *bench_hf(hf, prompts, L, T, 2, eos_ids)))
-    rows.append(("HF generate fp32, one call per completion", *bench_hf(hf, prompts, L, T, 2, eos_ids, args.hf_loop_completions)))
-    base = rows[0][1]
-    print(f"\n{'method':<52} {'tok/s':>8} {'tokens':>7} {'seconds':>8} {'engine x':>9}")
-    for name, tps, tok, dt in rows:
-        print(f"{name:<52} {tps:8.1f} {tok:7d} {dt:8.2f} {base / tps:9.2f}")
+    for fixed in (True, False):
+        # fixed: every sequence makes exactly T tokens (pure throughput, nothing wasted on finished rows);
+        # natural: sequences stop at end-of-generation, as in training (what a round really costs).
+        params = SamplingParams(max_tokens=T, stop_at_answer=False, min_tokens=T if fixed else 0)
+        rows = [
+            ("engine: batched llama.cpp, Q4_0 (working copy)", *bench_llama(q4_0, prompts, L, params, args.threads)),
+            ("engine: batched llama.cpp, Q4_1 (as shipped)", *bench_llama(shipped, prompts, L, params, args.threads)),
+            ("llama.cpp one completion at a time, Q4_0", *bench_llama(q4_0, prompts, L, params, args.threads, True)),
+            (f"HF generate fp32, batch {len(prompts) * L}", *bench_hf(hf, prompts, L, T, 2, eos_ids, fixed=fixed)),
+            ("HF generate fp32, one call per completion",
+             *bench_hf(hf, prompts, L, T, 2, eos_ids, args.hf_loop_completions, fixed=fixed)),
+        ]
+        base = rows[0][1]
+        print(f"\n{'fixed length' if fixed else 'natural stop'}:")
+        print(f"{'method':<52} {'tok/s':>8} {'tokens':>7} {'seconds':>8} {'engine x':>9}")
+        for name, tps, tok, dt in rows:
+            print(f"{name:<52} {tps:8.1f} {tok:7d} {dt:8.2f} {base / tps:9.2f}", flush=True)
     if args.quality:
         print(f"\nweight format vs quality (easy preset, {args.quality} held-out questions per task, 96 tokens):")
         for name, path in (("Q4_0", q4_0), ("Q4_1", shipped)):

@@ -78,6 +78,7 @@ class LlamaModel:
         self.memory = lc.llama_get_memory(self.ctx)
         self.batch = lc.llama_batch_init(max(n_batch, n_seq_max), 0, 1)
         self.eog_mask = np.array([lc.llama_vocab_is_eog(self.vocab, t) for t in range(self.n_vocab)])
+        self.eog_ids = np.flatnonzero(self.eog_mask)
         self._piece_cache: dict[int, bytes] = {}
         self._formatter = Jinja2ChatFormatter(
             self.meta("tokenizer.chat_template") or _FALLBACK_TEMPLATE,

@@ -33,6 +33,7 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     stop_at_answer: bool = True
+    min_tokens: int = 0  # end-of-generation is masked before this many tokens (benchmarks: fixed lengths)
 
 
 @dataclass
@@ -131,6 +132,8 @@ class RolloutGenerator:
             logits = llm.decode_prompt(prompt, first)
             for s in range(first + 1, first + n):
                 llm.copy_seq(first, s)
+            if params.min_tokens > 0:
+                logits[self.llm.eog_ids] = -np.inf
             rows = np.broadcast_to(logits, (n, logits.shape[0]))
             firsts = sample_tokens(rows, self.rng, params.temperature, params.top_k, params.top_p)
             for tok in firsts:
@@ -147,6 +150,10 @@ class RolloutGenerator:
                 live,
                 [True] * len(live),
             )
+            if params.min_tokens > 0:
+                short = [j for j, i in enumerate(live) if len(seqs[i].tokens) < params.min_tokens]
+                if short:
+                    logits[np.ix_(short, self.llm.eog_ids)] = -np.inf
             nxt = sample_tokens(logits, self.rng, params.temperature, params.top_k, params.top_p)
             for i, tok in zip(live, nxt):
                 self._push(seqs[i], int(tok), params)
