@@ -66,6 +66,7 @@ class NodeConfig:
     swarm: str = "public"
     token: str | None = None
     offline: bool = False
+    external_any_task: bool = False  # accept external groups of tasks outside our own mix
 
 
 def _fields() -> dict[str, dataclasses.Field[Any]]:

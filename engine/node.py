@@ -11,6 +11,7 @@ import dataclasses
 import json
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,10 @@ from engine.errors import SapoError
 from engine.evaluate import evaluate
 from engine.grpo import group_advantages
 from engine.policy import attach_lora, load_base, lora_config
+from engine.swarm import SwarmClient
 from engine.trainer import Sample, TrainConfig, Trainer
+from engine.verify import verify_group
+from relay.protocol import Group
 from engine.events import EventLog
 from engine.llm import LlamaModel
 from engine.rewards import Score, score_completion
@@ -67,7 +71,8 @@ class Node:
     """Owns the sampler (llama.cpp), the policy (torch + LoRA) and the node's state."""
 
     def __init__(self, cfg: NodeConfig, model_path: Path, model_name: str, node_id: str, events: EventLog,
-                 threads: int, data_dir: Path, arch: str, cache_dir: Path) -> None:
+                 threads: int, data_dir: Path, arch: str, cache_dir: Path,
+                 swarm: SwarmClient | None = None) -> None:
         assert cfg.completions and cfg.max_tokens and cfg.preset and cfg.fewshot is not None
         self.cfg = cfg
         self.model_name = model_name
@@ -93,6 +98,9 @@ class Node:
                                                         cfg.micro_batch, cfg.iterations, cfg.eps_low, cfg.eps_high))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
+        self.swarm = swarm
+        self.rejected_total: Counter[str] = Counter()
+        self.rejected_by_sender: Counter[str] = Counter()
         self._resume()
 
     @property
@@ -150,15 +158,19 @@ class Node:
         rnd = self.round + 1
         if self.round == 0 and self.cfg.eval_every and not self.state.history:
             self.evaluate()  # the baseline, before any training
-        # 1. rollouts on our own questions
+        # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
+        external, rejected = self._external_groups()
+        # 2. rollouts on our own questions
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
-        n_local = self.cfg.local_groups + self.cfg.external_groups  # offline: the whole budget is local
+        n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
         groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
-        # 2. GRPO update on groups with reward spread
-        samples, dropped = build_samples(groups)
+        # 3. share our groups (plain text) with the swarm
+        shared = self._publish(groups, rnd)
+        # 4. GRPO update on own + external groups with reward spread
+        samples, dropped = build_samples(groups + external)
         train = self.trainer.step(samples)
-        # 3. hot-swap the new adapter into llama.cpp, then checkpoint
+        # 5. hot-swap the new adapter into llama.cpp, then checkpoint
         swap_ms = self.sync.sync(self.policy) if samples else 0.0
         summary = summarize(groups)
         self.state.round = rnd
@@ -178,13 +190,14 @@ class Node:
             "train_s": round(train.seconds, 3),
             "swap_ms": round(swap_ms, 2),
             "checkpoint_ms": round((time.perf_counter() - t_ckpt) * 1000, 1),
-            "groups_trained": len(groups) - dropped,
+            "groups_trained": len(groups) + len(external) - dropped,
             "groups_dropped": dropped,
             "tokens_trained": train.tokens,
             "clip_low_frac": round(train.clip_low_frac, 4),
             "clip_high_frac": round(train.clip_high_frac, 4),
             "grad_norm": round(train.grad_norm, 4),
             "per_task": _per_task(groups),
+            **self._swarm_metrics(rnd, external, rejected, shared),
         }
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
         self.events.emit("round", **metrics)
@@ -193,7 +206,61 @@ class Node:
             self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)  # keep the eval in history
         return metrics
 
+    # --- the swarm ---
+    def _external_groups(self) -> tuple[list[ScoredGroup], Counter[str]]:
+        """J groups from other nodes, each verified and re-scored here; the rest counted by reason."""
+        rejected: Counter[str] = Counter()
+        if self.swarm is None or self.cfg.external_groups == 0:
+            return [], rejected
+        tasks = None if self.cfg.external_any_task else sorted({e.dataset for e in self.mix})
+        out = []
+        for shared in self.swarm.sample(self.cfg.external_groups, tasks):
+            verdict = verify_group(shared.group, self.cfg.format_bonus or 0.0)
+            if not verdict.ok or verdict.question is None:
+                rejected[verdict.reason or "bad_spec"] += 1
+                self.rejected_by_sender[shared.node_id] += 1
+                continue
+            # Re-encoded with our own tokenizer and template: the sender may run another model.
+            completions = [Completion(t, self.llm.tokenize(t), "external") for t in shared.group.completions]
+            out.append(ScoredGroup(verdict.question, self.prompt_ids(verdict.question), completions, verdict.scores,
+                                   source=shared.node_id))
+        self.rejected_total.update(rejected)
+        return out, rejected
+
+    def _publish(self, groups: list[ScoredGroup], rnd: int) -> int:
+        """Share groups with reward spread (the relay refuses the others); returns how many were accepted."""
+        if self.swarm is None:
+            return 0
+        wire = [Group(spec=g.question.spec, question=g.question.question, answer=g.question.answer,
+                      completions=[c.text for c in g.completions], rewards=g.rewards, model=self.model_name,
+                      round=rnd)
+                for g in groups if max(g.rewards) > min(g.rewards)]
+        ack = self.swarm.publish(wire)
+        self.swarm.report(rnd)
+        return ack.accepted if ack is not None else 0
+
+    def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
+        if self.swarm is None:
+            return {"external_groups": 0, "rejected_groups": 0, "relay_connected": False, "peers": 0}
+        stats = self.swarm.stats()
+        out: dict[str, Any] = {
+            "external_groups": len(external),
+            "external_reward_mean": round(summarize(external)["reward_mean"], 4) if external else None,
+            "rejected_groups": sum(rejected.values()),
+            "rejected_reasons": dict(rejected),
+            "rejected_total": sum(self.rejected_total.values()),
+            "groups_shared": shared,
+            "relay_connected": self.swarm.connected,
+            "peers": self.swarm.peers,
+        }
+        if stats is not None:
+            out |= {"shared_total": stats.you.groups_shared, "adopted_total": stats.you.groups_adopted,
+                    "swarm_groups_per_minute": round(stats.groups_per_minute, 2)}
+        return out
+
     def close(self) -> None:
+        if self.swarm is not None:
+            self.swarm.close()
         self.llm.close()
 
 

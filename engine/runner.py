@@ -47,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     file_values = load_toml(args.config) if args.config else {}
     cfg = build_config(file_values, flag_settings(args))
     data_dir = prepare_data_dir(args.data_dir)
+    if cfg.relay and not cfg.offline:
+        from engine.swarm import check_relay_url
+
+        check_relay_url(cfg.relay)
     # Task settings are checked before the model is fetched: a typo should not cost a download.
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)
 
@@ -74,7 +78,15 @@ def run(args: argparse.Namespace) -> int:
 
     from engine.node import Node
 
-    node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir)
+    swarm = None
+    if cfg.relay and not cfg.offline:
+        from engine.swarm import SwarmClient
+
+        swarm = SwarmClient(cfg.relay, cfg.swarm, node_id, model_name, cfg.token,
+                            on_status=lambda message: events.emit("status", message=message))
+    elif not cfg.offline:
+        events.emit("status", message="no relay given (--relay ws://host:port): training alone")
+    node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir, swarm)
     stop = _StopFlag()
     try:
         target = args.rounds or None

@@ -1,0 +1,49 @@
+"""A real relay process on 127.0.0.1 for engine-side tests: start, kill, restart on the same port and data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from relay.loadgen import free_port, http_get
+
+
+class RelayProcess:
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        self.data_dir = data_dir
+        self.args = args
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self) -> "RelayProcess":
+        self.proc = subprocess.Popen([sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--data-dir", str(self.data_dir), "--log-level", "WARNING", *self.args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "relay exited"
+            try:
+                http_get(f"http://127.0.0.1:{self.port}/healthz", timeout=1)
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("relay did not come up")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
