@@ -132,7 +132,7 @@ class SwarmClient:
             self._request(Report(round=round_))
 
     def stats(self) -> StatsReply | None:
-        if self.ws is None:
+        if not self.ensure_connected():
             return None
         reply = self._request(StatsRequest())
         if isinstance(reply, StatsReply):
