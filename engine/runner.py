@@ -16,6 +16,7 @@ from engine.errors import SapoError
 from engine.events import EventLog, terminal_printer
 from engine.identity import load_or_create_node_id
 from engine.tasks import build_mix
+from relay.protocol import display_name
 
 
 def default_threads() -> int:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = args.rounds or None
         settings = {**_public(cfg), "threads": threads}
-        events.emit("start", node_id=node_id, model=model_name, model_path=str(model_path),
+        events.emit("start", node_id=node_id, node_name=display_name(node_id), model=model_name, model_path=str(model_path),
                     round_start=node.round, round_end=target, **settings)
         while (target is None or node.round < target) and not stop.requested:
             node.run_round()

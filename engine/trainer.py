@@ -16,12 +16,16 @@ the first update, with the current policy.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from engine.grpo import clipped_token_loss
+
+# peft still asks for transformers' old checkpointing property names; nothing for a user to act on.
+warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 LOGIT_CHUNK = 256  # positions per lm_head chunk: 256 x 49,152 x 4 B = 50 MB at most
 
@@ -87,7 +91,10 @@ class Trainer:
         self.decoder = hf.model
         self.lm_head = hf.get_output_embeddings()
         if cfg.gradient_checkpointing:
-            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(hf, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+                hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
 
     def _forward(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
