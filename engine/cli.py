@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fewshot", type=_int, help="worked examples in each prompt")
     run.add_argument("--format-bonus", type=_float, help="reward for a well-formed <answer> tag")
     run.add_argument("--lr", dest="learning_rate", type=_float)
+    run.add_argument("--optimizer", help="adamw, adam or sgd")
     run.add_argument("--lora-rank", type=_int)
     run.add_argument("--iterations", type=_int, help="policy updates per round on the same rollouts")
     run.add_argument("--micro-batch", type=_int)
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 SETTING_FLAGS = (
     "model", "weights", "preset", "tasks", "local_groups", "external_groups", "completions", "max_tokens",
-    "temperature", "threads", "seed", "fewshot", "format_bonus", "learning_rate", "lora_rank", "iterations",
+    "temperature", "threads", "seed", "fewshot", "format_bonus", "learning_rate", "optimizer", "lora_rank", "iterations",
     "micro_batch", "eval_every", "eval_per_task", "relay", "swarm", "token", "offline",
 )
 

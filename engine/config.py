@@ -46,6 +46,7 @@ class NodeConfig:
     seed: int = 0
     # --- training (GRPO + LoRA) ---
     learning_rate: float = 3e-4
+    optimizer: str = "adamw"  # adamw | adam | sgd (the paper used Adam)
     lora_rank: int = 16
     lora_alpha: float = 32.0
     lora_dropout: float = 0.0
@@ -131,6 +132,7 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
     need(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}")
     need(cfg.fewshot is None or 0 <= cfg.fewshot <= 8, f"fewshot must be 0..8, got {cfg.fewshot}")
+    need(cfg.optimizer in ("adamw", "adam", "sgd"), f"optimizer must be adamw, adam or sgd, got {cfg.optimizer!r}")
     need(cfg.learning_rate > 0, f"learning rate must be > 0, got {cfg.learning_rate}")
     need(cfg.lora_rank >= 1, f"LoRA rank must be >= 1, got {cfg.lora_rank}")
     need(cfg.lora_alpha > 0, f"LoRA alpha must be > 0, got {cfg.lora_alpha}")

@@ -94,8 +94,10 @@ class Node:
         torch.set_num_threads(threads)
         base = load_base(model_path, cache_dir / "torch")
         self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
-        self.trainer = Trainer(self.policy, TrainConfig(cfg.learning_rate, cfg.weight_decay, cfg.grad_clip,
-                                                        cfg.micro_batch, cfg.iterations, cfg.eps_low, cfg.eps_high))
+        self.trainer = Trainer(self.policy, TrainConfig(
+            learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, weight_decay=cfg.weight_decay,
+            grad_clip=cfg.grad_clip, micro_batch=cfg.micro_batch, iterations=cfg.iterations,
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm

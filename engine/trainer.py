@@ -42,6 +42,7 @@ class Sample:
 @dataclass(frozen=True)
 class TrainConfig:
     learning_rate: float = 3e-4
+    optimizer: str = "adamw"
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     micro_batch: int = 8
@@ -80,13 +81,21 @@ def target_logprobs(lm_head: torch.nn.Module, hidden: torch.Tensor, targets: tor
     return torch.cat(parts) if parts else hidden.new_zeros(0)
 
 
+def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
 class Trainer:
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig, pad_id: int = 0) -> None:
         self.model = model  # a peft model; only LoRA parameters require grad
         self.cfg = cfg
         self.pad_id = pad_id
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.optimizer = make_optimizer(cfg, self.params)
         hf = model.get_base_model()
         self.decoder = hf.model
         self.lm_head = hf.get_output_embeddings()

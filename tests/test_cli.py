@@ -76,6 +76,8 @@ def test_unsupported_architecture(data, tmp_path):
     (["--weights", "q3"], "weights"),
     (["--temperature", "0"], "temperature"),
     (["--no-such-flag"], "unrecognized"),
+    (["--optimizer", "lion"], "optimizer"),
+    (["--relay", "http://example"], "relay URL"),
 ])
 def test_invalid_settings(data, flags, needle):
     assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", "smollm2-135m", *flags), needle)
@@ -99,3 +101,10 @@ def test_unwritable_data_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert_one_line_error(sapo("run", "--offline", "--data-dir", str(blocker / "sub")), "not writable")
+
+
+def test_models_lists_the_catalog_and_a_recommendation():
+    proc = sapo("models")
+    assert proc.returncode == 0, proc.stderr
+    assert "smollm2-135m" in proc.stdout and "qwen2.5-0.5b" in proc.stdout
+    assert "recommend" in proc.stdout.lower()
