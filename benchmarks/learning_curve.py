@@ -3,7 +3,7 @@
     python benchmarks/learning_curve.py --rounds 40 --out docs/learning-curve   # runs, then plots
     python benchmarks/learning_curve.py --plot-only --out docs/learning-curve   # re-plot existing events
 
-Runs ``sapo-engine run`` (easy preset, evaluation on the held-out set every round) into a fresh
+Runs ``sapo-engine run`` (easy preset, evaluation on the held-out set every 2 rounds) into a fresh
 data dir, keeps the events as OUT.jsonl and draws OUT.png: training reward, format rate and accuracy
 per round, and held-out greedy pass@1 and sampled reward per evaluation.
 """
@@ -22,7 +22,7 @@ def run(rounds: int, events: Path, extra: list[str]) -> None:
     data = Path(tempfile.mkdtemp(prefix="sapo-curve-"))
     events.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--preset", "easy",
-           "--rounds", str(rounds), "--eval-every", "1", "--eval-per-task", "10", "--data-dir", str(data),
+           "--rounds", str(rounds), "--eval-every", "2", "--eval-per-task", "10", "--data-dir", str(data),
            "--events", str(events), *extra]
     print(" ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True)

@@ -64,7 +64,7 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
                      f"format {e['format_rate']:.2f}", f"gen {e['gen_tokens_per_s']:.0f} tok/s"]
             if "loss" in e:
                 parts += [f"loss {e['loss']:+.4f}", f"trained {e['groups_trained']}/{e['groups_trained'] + e['groups_dropped']}"]
-            if "external_groups" in e:
+            if e.get("relay_connected") is not None:  # None: no relay configured
                 parts.append(f"ext {e['external_groups']}" + ("" if e.get("relay_connected") else " (offline)"))
             parts.append(f"{e['round_s']:.1f}s")
             line = " | ".join(parts)

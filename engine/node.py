@@ -243,7 +243,7 @@ class Node:
 
     def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
         if self.swarm is None:
-            return {"external_groups": 0, "rejected_groups": 0, "relay_connected": False, "peers": 0}
+            return {"external_groups": 0, "rejected_groups": 0, "relay_connected": None, "peers": 0}
         stats = self.swarm.stats()
         out: dict[str, Any] = {
             "external_groups": len(external),
