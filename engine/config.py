@@ -47,6 +47,8 @@ class NodeConfig:
     # --- training (GRPO + LoRA) ---
     learning_rate: float = 3e-4
     optimizer: str = "adamw"  # adamw | adam | sgd (the paper used Adam)
+    # RL updates carry little information per round; rank 16 on all linear layers is ample at
+    # every size here (LoRA rank matters far less for RL than for supervised fine-tuning).
     lora_rank: int = 16
     lora_alpha: float = 32.0
     lora_dropout: float = 0.0
@@ -54,7 +56,7 @@ class NodeConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     iterations: int = 1  # policy updates per round on the same rollouts (>1 makes clipping act)
-    micro_batch: int = 8  # sequences per forward/backward
+    micro_batch: int | None = None  # sequences per forward/backward; None = 8 under 0.5B, 4 under 2B, else 2
     grad_clip: float = 1.0
     eps_low: float = 0.2  # PPO clip range below 1 (paper, DAPO)
     eps_high: float = 0.28  # and above 1 (DAPO "clip-higher")
@@ -139,7 +141,7 @@ def validate(cfg: NodeConfig) -> None:
     need(0 <= cfg.lora_dropout < 1, f"LoRA dropout must be in [0, 1), got {cfg.lora_dropout}")
     need(len(cfg.lora_targets) > 0, "LoRA targets must name at least one module")
     need(cfg.iterations >= 1, f"iterations must be >= 1, got {cfg.iterations}")
-    need(cfg.micro_batch >= 1, f"micro batch must be >= 1, got {cfg.micro_batch}")
+    need(cfg.micro_batch is None or cfg.micro_batch >= 1, f"micro batch must be >= 1, got {cfg.micro_batch}")
     need(cfg.grad_clip > 0, f"grad clip must be > 0, got {cfg.grad_clip}")
     need(0 <= cfg.eps_low < 1 and cfg.eps_high >= 0, "clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0")
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
@@ -157,4 +159,5 @@ def resolve_auto(cfg: NodeConfig, n_params: int) -> NodeConfig:
         format_bonus=cfg.format_bonus if cfg.format_bonus is not None else (0.1 if tiny else 0.0),
         completions=cfg.completions or (4 if tiny else 8),
         max_tokens=cfg.max_tokens or (96 if tiny else 256),
+        micro_batch=cfg.micro_batch or (8 if tiny else 4 if n_params < 2_000_000_000 else 2),
     )

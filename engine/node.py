@@ -73,7 +73,7 @@ class Node:
     def __init__(self, cfg: NodeConfig, model_path: Path, model_name: str, node_id: str, events: EventLog,
                  threads: int, data_dir: Path, arch: str, cache_dir: Path,
                  swarm: SwarmClient | None = None) -> None:
-        assert cfg.completions and cfg.max_tokens and cfg.preset and cfg.fewshot is not None
+        assert cfg.completions and cfg.max_tokens and cfg.preset and cfg.micro_batch and cfg.fewshot is not None
         self.cfg = cfg
         self.model_name = model_name
         self.node_id = node_id
