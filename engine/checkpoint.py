@@ -101,7 +101,11 @@ class CheckpointStore:
         with open(tmp / "MANIFEST.json", "rb") as fh:
             os.fsync(fh.fileno())
         final = self.root / name
-        if final.exists():  # re-saving the same round (e.g. after a resume): replace it
+        if final.exists():
+            # Only ever a leftover of a save killed before LATEST named it; the current one is never rewritten.
+            current = self.latest()
+            if current is not None and current.name == name:
+                raise RuntimeError(f"refusing to overwrite the current checkpoint {name}")
             shutil.rmtree(final)
         os.replace(tmp, final)
         pointer_tmp = self.root / f".LATEST.tmp{os.getpid()}"

@@ -179,6 +179,9 @@ class Node:
         self.state.stream = dataclasses.asdict(self.stream.state)
         self.state.history.append({"type": "round", "round": rnd, **{k: round(v, 4) for k, v in summary.items()},
                                    "loss": round(train.loss, 6)})
+        # 6. held-out evaluation when due (before the checkpoint, so that its history has it)
+        if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
+            self.evaluate()
         t_ckpt = time.perf_counter()
         self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
         metrics: dict[str, Any] = {
@@ -203,9 +206,6 @@ class Node:
         }
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
         self.events.emit("round", **metrics)
-        if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
-            self.evaluate()
-            self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)  # keep the eval in history
         return metrics
 
     # --- the swarm ---
