@@ -104,3 +104,16 @@ def test_pointer_to_a_missing_checkpoint_is_an_error(tmp_path: Path):
     (tmp_path / "LATEST").write_text("round-000007\n")
     with pytest.raises(SapoError, match="missing checkpoint"):
         CheckpointStore(tmp_path).latest()
+
+
+def test_a_leftover_folder_is_replaced_but_the_current_checkpoint_never_rewritten(tmp_path: Path, tiny):
+    model, opt = tiny
+    store = CheckpointStore(tmp_path)
+    store.save(model, opt, NodeState(round=1))
+    (tmp_path / "round-000002").mkdir()  # renamed into place, then killed before LATEST moved
+    (tmp_path / "round-000002" / "junk").write_text("x")
+    path = store.save(model, opt, NodeState(round=2))
+    assert not (path / "junk").exists() and store.latest() == path
+    with pytest.raises(RuntimeError, match="current checkpoint"):
+        store.save(model, opt, NodeState(round=2))
+    store.verify(path)  # still intact
