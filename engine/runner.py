@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     file_values = load_toml(args.config) if args.config else {}
     cfg = build_config(file_values, flag_settings(args))
     data_dir = prepare_data_dir(args.data_dir)
-    if cfg.relay and not cfg.offline:
+    if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
         from engine.swarm import check_relay_url
 
         check_relay_url(cfg.relay)
