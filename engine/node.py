@@ -251,6 +251,7 @@ class Node:
             "rejected_groups": sum(rejected.values()),
             "rejected_reasons": dict(rejected),
             "rejected_total": sum(self.rejected_total.values()),
+            "rejected_by_sender": dict(self.rejected_by_sender.most_common(10)),  # node id -> groups, since start
             "groups_shared": shared,
             "relay_connected": self.swarm.connected,
             "peers": self.swarm.peers,

@@ -97,6 +97,7 @@ def test_poisoned_groups_are_rejected_and_the_budget_is_filled_locally(tmp_path,
     (r,) = [e for e in _events(path) if e["type"] == "round"]
     assert r["rejected_groups"] == 3 and r["external_groups"] == 0
     assert r["rejected_reasons"] == {"question_mismatch": 1, "answer_mismatch": 1, "reward_mismatch": 1}
+    assert r["rejected_by_sender"] == {"f" * 32: 3}
     assert r["groups"] == 4  # I + J, all local
 
 
