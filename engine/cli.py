@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--events", help="also write events as JSON lines to this file ('-' = stdout)")
     run.add_argument("--config", type=Path, help="TOML settings file; flags override it")
     run.add_argument("--quiet", action="store_true", help="no progress lines on the terminal")
+    run.add_argument("--control", choices=["stdin"], help="read commands (pause, resume, stop, set_threads) as JSON lines")
     # Node settings: names match NodeConfig fields (see engine/config.py for defaults and meaning).
     run.add_argument("--model", help="catalog name (see 'sapo-engine models') or path to a .gguf file")
     run.add_argument("--weights", help="working weight format: auto, as-is, q4_0, q8_0")

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from peft import get_peft_model_state_dict
@@ -103,6 +103,7 @@ class Node:
         self.swarm = swarm
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
+        self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
         self._resume()
 
     @property
@@ -167,10 +168,12 @@ class Node:
         n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
         groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
+        self.pause_point()
         # 3. share our groups (plain text) with the swarm
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
         samples, dropped = build_samples(groups + external)
+        self.pause_point()
         train = self.trainer.step(samples)
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
         swap_ms = self.sync.sync(self.policy) if samples else 0.0
@@ -260,6 +263,10 @@ class Node:
             out |= {"shared_total": stats.you.groups_shared, "adopted_total": stats.you.groups_adopted,
                     "swarm_groups_per_minute": round(stats.groups_per_minute, 2)}
         return out
+
+    def set_threads(self, threads: int) -> None:
+        self.llm.set_threads(threads)
+        torch.set_num_threads(threads)
 
     def close(self) -> None:
         if self.swarm is not None:

@@ -89,12 +89,27 @@ def run(args: argparse.Namespace) -> int:
         events.emit("status", message="no relay given (--relay ws://host:port): training alone")
     node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir, swarm)
     stop = _StopFlag()
+    control = None
+    if args.control == "stdin":
+        from engine.control import Control
+
+        control = Control(events.emit)
+        node.pause_point = control.wait_if_paused
+        control.listen(sys.stdin)
     try:
         target = args.rounds or None
         settings = {**_public(cfg), "threads": threads}
         events.emit("start", node_id=node_id, node_name=display_name(node_id), model=model_name, model_path=str(model_path),
                     round_start=node.round, round_end=target, **settings)
         while (target is None or node.round < target) and not stop.requested:
+            if control is not None:
+                control.wait_if_paused()
+                if control.stop_requested:
+                    stop.requested, stop.reason = True, "stop command"
+                    break
+                if control.threads:
+                    node.set_threads(control.threads)
+                    control.threads = None
             node.run_round()
         events.emit("stop", round=node.round, reason=stop.reason or "finished")
     finally:
