@@ -103,7 +103,7 @@ def test_poisoned_groups_are_rejected_and_the_budget_is_filled_locally(tmp_path,
 
 def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
     proc, path = start_engine(tmp_path, "n", "7" * 32, relay, model_cache, "--local", "2", "--external", "2",
-                              "--rounds", "4")
+                              "--rounds", "5")
     try:
         def wait_round(k: int) -> None:
             deadline = time.monotonic() + 600
@@ -122,7 +122,7 @@ def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
             proc.kill()
     events = _events(path)
     rounds = [e for e in events if e["type"] == "round"]
-    assert [e["round"] for e in rounds] == [1, 2, 3, 4]  # never stopped training
+    assert [e["round"] for e in rounds] == [1, 2, 3, 4, 5]  # never stopped training
     assert rounds[0]["relay_connected"] and not rounds[1]["relay_connected"] and rounds[-1]["relay_connected"]
     messages = [e["message"] for e in events if e["type"] == "status"]
     assert any("retrying" in m for m in messages) and any(m.startswith("reconnected") for m in messages)
