@@ -12,7 +12,6 @@ safetensors (written atomically, keyed by the GGUF's identity) and later starts 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,11 +22,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from engine.errors import SapoError
-
-
-def _cache_key(gguf_path: Path) -> str:
-    st = gguf_path.stat()
-    return hashlib.sha1(f"{gguf_path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+from engine.weights import file_identity
 
 
 def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -37,7 +32,7 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    cached = cache_dir / f"{gguf_path.stem}.{_cache_key(gguf_path)}" if cache_dir else None
+    cached = cache_dir / f"{gguf_path.stem}.{file_identity(gguf_path)}" if cache_dir else None
     if cached is not None and (cached / "model.safetensors").is_file():
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
     else:

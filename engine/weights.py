@@ -22,6 +22,12 @@ FTYPES = {"q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0
 _Q4_1 = lc.LLAMA_FTYPE_MOSTLY_Q4_1
 
 
+def file_identity(path: Path) -> str:
+    """A short key for derived files: changes whenever the file is replaced or rewritten."""
+    st = path.stat()
+    return hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
 def source_ftype(path: Path) -> int:
     """The file type (quantization) llama.cpp reports, without loading tensors."""
     import gguf
@@ -44,9 +50,7 @@ def working_gguf(source: Path, weights: str, cache_dir: Path) -> Path:
     fmt = choose_format(source, weights)
     if fmt is None:
         return source
-    stat = source.stat()
-    ident = hashlib.sha1(f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    out = cache_dir / f"{source.stem}.{fmt}.{ident}.gguf"
+    out = cache_dir / f"{source.stem}.{fmt}.{file_identity(source)}.gguf"
     if out.is_file():
         return out
     cache_dir.mkdir(parents=True, exist_ok=True)
