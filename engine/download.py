@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm.auto import tqdm as _tqdm
 
 from engine.catalog import CatalogEntry
-from engine.errors import SapoError
+from engine.errors import SapoError, first_line
 from engine.modelfile import GGUFInfo, bundled_model_path, inspect_gguf
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -133,17 +133,12 @@ def _reason(exc: BaseException) -> str:
         if isinstance(e, hf.HfHubHTTPError) and getattr(e, "response", None) is not None:
             return f"HTTP {e.response.status_code} {e.response.reason_phrase}".strip()
         if isinstance(e, httpx2.HTTPError):
-            return f"network error: {_first_line(e)}"
+            return f"network error: {first_line(e, 200)}"
     if any(isinstance(e, hf.LocalEntryNotFoundError) for e in chain):
         return "not in the cache and the Hub could not be reached"
     if isinstance(exc, OSError) and exc.errno is not None:
         return f"{exc.strerror or exc}"  # disk full, permissions
-    return _first_line(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [s.strip() for s in str(exc).splitlines() if s.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:200]
+    return first_line(exc, 200)
 
 
 def _bar_class(progress: Progress) -> type | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from engine.errors import SapoError
+from engine.errors import SapoError, first_line
 
 # Architectures our LoRA adapter export (and llama.cpp hot-swap) supports. Keep in sync
 # with engine/adapter.py; everything else is refused up front rather than mid-run.
@@ -86,7 +86,7 @@ def _inspect_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
     try:
         reader = gguf.GGUFReader(p, "r")
     except Exception as exc:  # the reader raises ValueError/IndexError/struct errors alike
-        raise SapoError(f"{p.name} is not a readable GGUF file (corrupt or truncated): {_short(exc)}") from None
+        raise SapoError(f"{p.name} is not a readable GGUF file (corrupt or truncated): {first_line(exc)}") from None
 
     # The header can parse fine while the tensor data is cut off (interrupted copy or
     # download); the mmap-backed reader does not notice, llama.cpp would.
@@ -157,10 +157,6 @@ def _file_type_name(value, reader, gguf) -> str:
     kinds = Counter(t.tensor_type.name for t in reader.tensors if len(t.shape) >= 2)
     return kinds.most_common(1)[0][0] if kinds else "unknown"
 
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:160]
 
 
 def bundled_model_path() -> Path:

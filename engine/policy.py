@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from engine.errors import SapoError
+from engine.errors import SapoError, first_line
 from engine.weights import file_identity
 
 
@@ -41,7 +41,7 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
                 warnings.simplefilter("ignore")
                 model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
         except Exception as exc:  # noqa: BLE001 - transformers raises many types for unsupported files
-            raise SapoError(f"torch could not load {gguf_path.name}: {str(exc).splitlines()[0][:200]}") from None
+            raise SapoError(f"torch could not load {gguf_path.name}: {first_line(exc, 200)}") from None
         if cached is not None:
             # save_pretrained refuses GGUF-loaded models; the plain weights and config are all we need.
             tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from websockets.exceptions import InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
-from engine.errors import SapoError
+from engine.errors import SapoError, first_line
 from relay.protocol import (MAX_FRAME_BYTES, Ack, Code, Error, Group, Groups, Hello, ProtocolError, Publish, Report,
                             Sample, ServerMessage, SharedGroup, StatsReply, StatsRequest, Welcome, decode,
                             display_name, encode)
@@ -69,7 +69,7 @@ class SwarmClient:
         try:
             ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2)
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
-            self._retry_later(f"relay {self.url} unreachable ({_short(exc)})")
+            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)})")
             return False
         self.ws = ws
         reply = self._request(self.hello)
@@ -111,7 +111,7 @@ class SwarmClient:
         except ProtocolError as exc:
             self._drop(f"relay sent a frame we refuse ({exc.code})")
         except (OSError, TimeoutError, WebSocketException) as exc:
-            self._drop(f"lost the relay ({_short(exc)})")
+            self._drop(f"lost the relay ({first_line(exc, 120)})")
         return None
 
     # --- requests ---
@@ -147,8 +147,3 @@ class SwarmClient:
                 ws.close()
             except Exception:  # noqa: BLE001
                 pass
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:120]
