@@ -29,7 +29,8 @@ def child(variant: str, seqs: int, prompt: int, completion: int, micro: int, cac
     from engine.hardware import tune_allocator
     from engine.modelfile import bundled_model_path
     from engine.policy import attach_lora, load_base, lora_config
-    from engine.trainer import Sample, TrainConfig, Trainer
+    from engine.groups import TrainSequence as Sample
+from engine.trainer import TrainConfig, Trainer
     from engine.weights import working_gguf
 
     if variant == "engine":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from engine.errors import SapoError
+from engine.paths import prepare_data_dir
 
 PROG = "sapo-engine"
 
@@ -86,35 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--data-dir", type=Path)
     exp.add_argument("out", type=Path)
     return p
-
-
-SETTING_FLAGS = (
-    "model", "weights", "preset", "tasks", "local_groups", "external_groups", "completions", "max_tokens",
-    "temperature", "threads", "seed", "fewshot", "format_bonus", "learning_rate", "optimizer", "lora_rank", "iterations",
-    "micro_batch", "eval_every", "eval_per_task", "relay", "swarm", "token", "offline",
-)
-
-
-def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
-
-
-def default_data_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("sapo-swarm", appauthor=False))
-
-
-def prepare_data_dir(path: Path | None) -> Path:
-    data_dir = (path or default_data_dir()).expanduser()
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        probe = data_dir / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise SapoError(f"data dir {data_dir} is not writable: {exc.strerror or exc}") from None
-    return data_dir
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -161,3 +161,15 @@ def resolve_auto(cfg: NodeConfig, n_params: int) -> NodeConfig:
         max_tokens=cfg.max_tokens or (96 if tiny else 256),
         micro_batch=cfg.micro_batch or (8 if tiny else 4 if n_params < 2_000_000_000 else 2),
     )
+
+
+# Flags of `sapo-engine run` that are settings (their argparse dest is the NodeConfig field).
+SETTING_FLAGS = (
+    "model", "weights", "preset", "tasks", "local_groups", "external_groups", "completions", "max_tokens",
+    "temperature", "threads", "seed", "fewshot", "format_bonus", "learning_rate", "optimizer", "lora_rank", "iterations",
+    "micro_batch", "eval_every", "eval_per_task", "relay", "swarm", "token", "offline",
+)
+
+
+def flag_settings(args: Any) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}

@@ -1,68 +1,86 @@
 """Commands into a running node: the other half of the GUI's channel (events are the first).
 
-With ``sapo-engine run --control stdin`` the node reads one JSON object per line on stdin:
+With ``sapo-engine run --control stdin`` the node reads one command per line on stdin,
+typed in ``wire.events`` (``{"cmd": "pause"}``, ``finish``, ``resume``, ``stop``,
+``{"cmd": "set_threads", "threads": 4}``).
 
-    {"cmd": "pause"}                  finish the step in flight, then wait
-    {"cmd": "resume"}
-    {"cmd": "stop"}                   stop after the round in flight (like SIGTERM)
-    {"cmd": "set_threads", "threads": 4}
-
-Each accepted command is answered with a ``status`` event; a bad line with a ``warning``
-event, never a crash. End of input (the GUI went away) means stop.
+State events say what the loop *is* doing, not what was asked: ``paused`` is emitted by
+the loop thread when it actually blocks at a pause point, ``running`` when it goes on.
+``finishing`` and ``stopping`` are true as soon as they are asked for (the round in flight
+is then being finished). A bad line gets a ``warning`` event, never a crash. End of input
+(the GUI went away) means stop.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Callable, TextIO
 
 import msgspec
 
-
-class Command(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    cmd: str
-    threads: int | None = None
+from wire import events as ev
 
 
 class Control:
     """Thread-safe switches the round loop consults between steps."""
 
-    def __init__(self, say: Callable[..., object]) -> None:
-        self._say = say  # EventLog.emit
-        self._running = threading.Event()
-        self._running.set()
+    def __init__(self, emit: Callable[[ev.Event], object]) -> None:
+        self._emit = emit  # EventLog.emit
+        self._cond = threading.Condition()
+        self._pause = False  # pause at the next pause point
+        self._finish = False  # pause at the end of the round in flight
         self.stop_requested = False
         self.threads: int | None = None  # a pending thread-count change, taken by the loop
 
     @property
     def paused(self) -> bool:
-        return not self._running.is_set()
+        return self._pause
 
+    # --- called by the loop thread ---
     def wait_if_paused(self) -> None:
-        self._running.wait()
+        """A pause point: blocks while a pause is in force, saying so with state events."""
+        with self._cond:
+            if not self._pause or self.stop_requested:
+                return
+            self._emit(ev.StateChanged(state="paused"))
+            while self._pause and not self.stop_requested:
+                self._cond.wait()
+            if not self.stop_requested:
+                self._emit(ev.StateChanged(state="running"))
 
-    def apply(self, line: str) -> None:
+    def round_done(self) -> None:
+        """End of a round: a pending *finish* becomes a pause here."""
+        with self._cond:
+            if self._finish:
+                self._finish, self._pause = False, True
+        self.wait_if_paused()
+
+    # --- called by the reader thread ---
+    def apply(self, line: str | bytes) -> None:
         try:
-            command = msgspec.json.decode(line, type=Command)
-        except msgspec.MsgspecError as exc:
-            self._say("warning", message=f"ignored control line: {str(exc)[:120]}")
+            command = ev.decode_command(line)
+        except msgspec.DecodeError as exc:
+            self._emit(ev.Warning(message=f"ignored control line: {str(exc)[:120]}"))
             return
-        if command.cmd == "pause":
-            self._running.clear()
-            self._say("status", message="paused", paused=True)
-        elif command.cmd == "resume":
-            self._running.set()
-            self._say("status", message="resumed", paused=False)
-        elif command.cmd == "stop":
-            self.stop_requested = True
-            self._running.set()  # a paused node must wake up to stop
-            self._say("status", message="stopping after the round in flight")
-        elif command.cmd == "set_threads" and command.threads is not None and 1 <= command.threads <= 1024:
-            self.threads = command.threads
-            self._say("status", message=f"threads will be {command.threads} from the next step")
-        else:
-            self._say("warning", message=f"ignored control command {json.dumps(command.cmd)[:60]}")
+        with self._cond:
+            match command:
+                case ev.Pause():
+                    self._pause = True
+                case ev.Finish():
+                    if not self._pause:
+                        self._finish = True
+                        self._emit(ev.StateChanged(state="finishing"))
+                case ev.Resume():
+                    was_finishing, self._finish, self._pause = self._finish, False, False
+                    if was_finishing:
+                        self._emit(ev.StateChanged(state="running"))
+                case ev.StopCommand():
+                    self.stop_requested = True
+                    self._emit(ev.StateChanged(state="stopping"))
+                case ev.SetThreads(threads=n):
+                    self.threads = n
+                    self._emit(ev.Status(message=f"threads will be {n} from the next round"))
+            self._cond.notify_all()
 
     def listen(self, stream: TextIO) -> threading.Thread:
         """Read commands in a daemon thread until end of input, which stops the node."""

@@ -1,20 +1,20 @@
 """Events: the one channel through which a node tells the world what it is doing.
 
-Every event is a flat JSON object with a ``type`` and a wall-clock ``time``; one per line.
-The GUI reads them from the engine's stdout, ``--events FILE`` writes them to a file, and
-the terminal shows a human line for each. Event types and their fields are listed in
-docs/EVENTS.md.
+Every event is a typed struct from ``wire.events`` (the contract the GUI imports too),
+written as one JSON object per line with a ``type`` and a wall-clock ``time``. The GUI
+reads them from the engine's stdout, ``--events FILE`` writes them to a file, and the
+terminal shows a human line for each. People read docs/EVENTS.md.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Callable, TextIO
 
-Listener = Callable[[dict[str, Any]], None]
+from wire import events as ev
+
+Listener = Callable[[ev.Event], None]
 
 
 class EventLog:
@@ -32,17 +32,22 @@ class EventLog:
         if isinstance(target, Path):
             self._files.append(fh)
 
-        def write(event: dict[str, Any]) -> None:
-            fh.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
+        def write(event: ev.Event) -> None:
+            fh.write(ev.encode(event).decode())
             fh.flush()
 
         self.add(write)
 
-    def emit(self, type_: str, **fields: Any) -> dict[str, Any]:
-        event = {"type": type_, "time": round(time.time(), 3), **fields}
+    def emit(self, event: ev.Event) -> ev.Event:
         for listener in self._listeners:
             listener(event)
         return event
+
+    def status(self, message: str) -> None:
+        self.emit(ev.Status(message=message))
+
+    def warning(self, message: str) -> None:
+        self.emit(ev.Warning(message=message))
 
     def close(self) -> None:
         for fh in self._files:
@@ -53,29 +58,32 @@ class EventLog:
 def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
     """One readable line per event that matters to a person watching a terminal."""
 
-    def show(e: dict[str, Any]) -> None:
-        t = e["type"]
-        if t == "start":
-            line = (f"node {e.get('node_name', '')} | model {e.get('model')} | preset {e.get('preset')} | "
-                    f"I={e.get('local_groups')} J={e.get('external_groups')} L={e.get('completions')} | "
-                    f"rounds {e.get('round_start', 0) + 1}..{e.get('round_end')}")
-        elif t == "round":
-            parts = [f"round {e['round']:>4}", f"reward {e['reward_mean']:.3f}", f"acc {e['accuracy']:.3f}",
-                     f"format {e['format_rate']:.2f}", f"gen {e['gen_tokens_per_s']:.0f} tok/s"]
-            if "loss" in e:
-                parts += [f"loss {e['loss']:+.4f}", f"trained {e['groups_trained']}/{e['groups_trained'] + e['groups_dropped']}"]
-            if e.get("relay_connected") is not None:  # None: no relay configured
-                parts.append(f"ext {e['external_groups']}" + ("" if e.get("relay_connected") else " (offline)"))
-            parts.append(f"{e['round_s']:.1f}s")
-            line = " | ".join(parts)
-        elif t == "eval":
-            line = f"eval  round {e['round']:>4} | pass@1 {e['eval_accuracy']:.3f} | sampled reward {e['eval_sampled_reward']:.3f}"
-        elif t in ("status", "warning"):
-            line = f"{t}: {e.get('message', '')}"
-        elif t == "stop":
-            line = f"stopped after round {e.get('round')}: {e.get('reason', '')}"
-        else:
-            return
+    def show(e: ev.Event) -> None:
+        match e:
+            case ev.Start():
+                st = e.settings
+                line = (f"node {e.node_name} | model {e.model} | preset {st.get('preset')} | "
+                        f"I={st.get('local_groups')} J={st.get('external_groups')} L={st.get('completions')} | "
+                        f"rounds {e.round_start + 1}..{e.round_end}")
+            case ev.Round():
+                parts = [f"round {e.round:>4}", f"reward {e.reward_mean:.3f}", f"acc {e.accuracy:.3f}",
+                         f"format {e.format_rate:.2f}", f"gen {e.gen_tokens_per_s:.0f} tok/s",
+                         f"loss {e.loss:+.4f}", f"trained {e.groups_trained}/{e.groups_trained + e.groups_dropped}"]
+                if e.relay_connected is not None:  # None: no relay configured
+                    parts.append(f"ext {e.external_groups}" + ("" if e.relay_connected else " (offline)"))
+                parts.append(f"{e.round_s:.1f}s")
+                line = " | ".join(parts)
+            case ev.Eval():
+                line = (f"eval  round {e.round:>4} | pass@1 {e.eval_accuracy:.3f} | "
+                        f"sampled reward {e.eval_sampled_reward:.3f}")
+            case ev.Status() | ev.Warning():
+                line = f"{e.__struct_config__.tag}: {e.message}"
+            case ev.StateChanged():
+                line = f"state: {e.state}"
+            case ev.Stop():
+                line = f"stopped after round {e.round}: {e.reason}"
+            case _:
+                return
         print(line, file=stream, flush=True)
 
     return show

@@ -19,19 +19,19 @@ from typing import Sequence
 
 import torch
 
+from engine.groups import ScoredGroup, TrainSequence
+from wire.protocol import has_spread
+
 ADV_EPS = 1e-4
 
 
 def group_advantages(rewards: Sequence[float], eps: float = ADV_EPS) -> list[float] | None:
     """Normalised advantages for one group, or None when every reward is the same."""
+    if not has_spread(list(rewards)):
+        return None
     n = len(rewards)
-    if n < 2:
-        return None
     mean = sum(rewards) / n
-    var = sum((r - mean) ** 2 for r in rewards) / n
-    if var <= 1e-12:
-        return None
-    std = math.sqrt(var)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
     return [(r - mean) / (std + eps) for r in rewards]
 
 
@@ -67,3 +67,16 @@ def clipped_token_loss(
         high = ((ratio > 1.0 + eps_high) & (adv > 0)).to(mask.dtype) * mask
         tot = max(n_tokens, 1.0)
     return loss, LossStats(float(loss.item()), float(low.sum()) / tot, float(high.sum()) / tot, int(n_tokens))
+
+
+def build_sequences(groups: list[ScoredGroup]) -> tuple[list[TrainSequence], int]:
+    """Training sequences from groups with reward spread; returns them and the number of groups dropped."""
+    out: list[TrainSequence] = []
+    dropped = 0
+    for g in groups:
+        adv = group_advantages(g.rewards)
+        if adv is None:
+            dropped += 1
+            continue
+        out += [TrainSequence(g.prompt_ids, c.token_ids, a) for c, a in zip(g.completions, adv)]
+    return out, dropped

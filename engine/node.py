@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import torch
 from peft import get_peft_model_state_dict
 
@@ -24,47 +23,22 @@ from engine.checkpoint import CheckpointStore, NodeState, lora_digest
 from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.evaluate import evaluate
-from engine.grpo import group_advantages
-from engine.policy import attach_lora, load_base, lora_config
-from engine.swarm import SwarmClient
-from engine.trainer import Sample, TrainConfig, Trainer
-from engine.verify import verify_group
-from relay.protocol import Group
 from engine.events import EventLog
+from engine.groups import Completion, ScoredGroup, summarize
+from engine.grpo import build_sequences
 from engine.llm import LlamaModel
+from engine.policy import attach_lora, load_base, lora_config
 from engine.rewards import Score, score_completion
-from engine.rollout import Completion, RolloutGenerator, SamplingParams
+from engine.rollout import RolloutGenerator, SamplingParams
+from engine.swarm import SwarmClient
+from engine.trainer import TrainConfig, Trainer
+from engine.verify import verify_group
 from engine.tasks import (Question, QuestionStream, StreamState, TaskEntry, build_messages, build_mix, derive_seed,
                           fewshot_messages, heldout_set, scorer_for)
+from wire import events as ev
+from wire.protocol import Group, has_spread
 
 MAX_SEQS_PER_BATCH = 64
-
-
-@dataclass
-class ScoredGroup:
-    """A question group ready for training: prompt ids, completions, their scores."""
-
-    question: Question
-    prompt_ids: list[int]
-    completions: list[Completion]
-    scores: list[Score]
-    source: str = "local"  # or the sending node's id
-
-    @property
-    def rewards(self) -> list[float]:
-        return [s.reward for s in self.scores]
-
-
-def summarize(groups: list[ScoredGroup]) -> dict[str, float]:
-    scores = [s for g in groups for s in g.scores]
-    if not scores:
-        return {"reward_mean": 0.0, "accuracy": 0.0, "format_rate": 0.0, "task_score": 0.0}
-    return {
-        "reward_mean": statistics.fmean(s.reward for s in scores),
-        "accuracy": statistics.fmean(s.correct for s in scores),
-        "format_rate": statistics.fmean(s.well_formed for s in scores),
-        "task_score": statistics.fmean(s.task_score for s in scores),
-    }
 
 
 class Node:
@@ -122,8 +96,8 @@ class Node:
         self.state.round, self.state.history = state.round, state.history
         self.stream.state = StreamState(**state.stream)
         self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
-        self.events.emit("status", message=f"resumed from {latest.name}", round=self.round,
-                         lora_digest=lora_digest(get_peft_model_state_dict(self.policy)))
+        self.events.emit(ev.Status(message=f"resumed from {latest.name}", round=self.round,
+                                   lora_digest=lora_digest(get_peft_model_state_dict(self.policy))))
 
     # --- prompts and scoring ---
     def prompt_ids(self, q: Question) -> list[int]:
@@ -150,7 +124,7 @@ class Node:
         t0 = time.perf_counter()
         result = evaluate(self.rollout, self.heldout, self.params)
         result["eval_s"] = round(time.perf_counter() - t0, 2)
-        self.events.emit("eval", round=self.round, **result)
+        self.events.emit(msgspec.convert({"round": self.round, **result}, ev.Eval))
         self.state.history.append({"type": "eval", "round": self.round,
                                    "eval_accuracy": result["eval_accuracy"],
                                    "eval_sampled_reward": result["eval_sampled_reward"]})
@@ -172,7 +146,7 @@ class Node:
         # 3. share our groups (plain text) with the swarm
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
-        samples, dropped = build_samples(groups + external)
+        samples, dropped = build_sequences(groups + external)
         self.pause_point()
         train = self.trainer.step(samples)
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
@@ -208,7 +182,7 @@ class Node:
             **self._swarm_metrics(rnd, external, rejected, shared),
         }
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
-        self.events.emit("round", **metrics)
+        self.events.emit(msgspec.convert(metrics, ev.Round))
         return metrics
 
     # --- the swarm ---
@@ -239,7 +213,7 @@ class Node:
         wire = [Group(spec=g.question.spec, question=g.question.question, answer=g.question.answer,
                       completions=[c.text for c in g.completions], rewards=g.rewards, model=self.model_name,
                       round=rnd)
-                for g in groups if max(g.rewards) > min(g.rewards)]
+                for g in groups if has_spread(g.rewards)]
         ack = self.swarm.publish(wire)
         self.swarm.report(rnd)
         return ack.accepted if ack is not None else 0
@@ -272,19 +246,6 @@ class Node:
         if self.swarm is not None:
             self.swarm.close()
         self.llm.close()
-
-
-def build_samples(groups: list[ScoredGroup]) -> tuple[list[Sample], int]:
-    """Training samples from groups with reward spread; returns them and the number of groups dropped."""
-    samples: list[Sample] = []
-    dropped = 0
-    for g in groups:
-        adv = group_advantages(g.rewards)
-        if adv is None:
-            dropped += 1
-            continue
-        samples += [Sample(g.prompt_ids, c.token_ids, a) for c, a in zip(g.completions, adv)]
-    return samples, dropped
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

@@ -16,7 +16,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+_ANSWER = re.compile(re.escape(ANSWER_OPEN) + "(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
+
+
+def tagged(answer: str) -> str:
+    """An answer as the model should write it."""
+    return f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
 
 
 class Scorer(Protocol):
@@ -47,8 +53,8 @@ def is_well_formed(text: str) -> bool:
     return (
         len(matches) == 1
         and matches[0].strip() != ""
-        and text.count("<answer>") == 1
-        and text.count("</answer>") == 1
+        and text.count(ANSWER_OPEN) == 1
+        and text.count(ANSWER_CLOSE) == 1
     )
 
 

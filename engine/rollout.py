@@ -21,9 +21,11 @@ from typing import Sequence
 
 import numpy as np
 
+from engine.groups import Completion
 from engine.llm import LlamaModel
+from engine.rewards import ANSWER_CLOSE
 
-ANSWER_END = b"</answer>"
+ANSWER_END = ANSWER_CLOSE.encode()
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,6 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = off
     stop_at_answer: bool = True
     min_tokens: int = 0  # end-of-generation is masked before this many tokens (benchmarks: fixed lengths)
-
-
-@dataclass
-class Completion:
-    text: str
-    token_ids: list[int]  # as sampled, end-of-generation token included when there was one
-    finish: str  # "eog" | "length" | "answer"
 
 
 @dataclass

@@ -10,26 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.cli import flag_settings, prepare_data_dir
-from engine.config import build_config, load_toml, resolve_auto
+from engine.config import build_config, flag_settings, load_toml, resolve_auto
 from engine.errors import SapoError
 from engine.events import EventLog, terminal_printer
+from engine.paths import default_cache_dir, default_threads, prepare_data_dir
 from engine.identity import load_or_create_node_id
 from engine.tasks import build_mix
-from relay.protocol import display_name
-
-
-def default_threads() -> int:
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-
-
-def default_cache_dir() -> Path:
-    """Derived files (requantized GGUFs, dequantized torch weights): safe to delete, slow to remake."""
-    import platformdirs
-
-    return Path(os.environ.get("SAPO_CACHE_DIR") or platformdirs.user_cache_dir("sapo-swarm", appauthor=False))
+from wire import events as ev
+from wire.protocol import display_name
 
 
 def resolve_model_file(choice: str | None) -> tuple[Path, str]:
@@ -43,6 +31,27 @@ def resolve_model_file(choice: str | None) -> tuple[Path, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    events = EventLog()
+    if not args.quiet:
+        events.add(terminal_printer(sys.stderr))
+    if args.events == "-":
+        events.add_jsonl(sys.stdout)
+    elif args.events:
+        events.add_jsonl(Path(args.events))
+
+    try:
+        return _run(args, events)
+    except SapoError as exc:
+        events.emit(ev.ErrorEvent(message=str(exc), kind="user"))  # the GUI shows this line
+        raise
+    except Exception as exc:
+        events.emit(ev.ErrorEvent(message=f"internal error: {type(exc).__name__}: {exc}"[:300], kind="bug"))
+        raise
+    finally:
+        events.close()
+
+
+def _run(args: argparse.Namespace, events: EventLog) -> int:
     if args.rounds < 0:
         raise SapoError(f"--rounds must be >= 0, got {args.rounds}")
     file_values = load_toml(args.config) if args.config else {}
@@ -54,14 +63,6 @@ def run(args: argparse.Namespace) -> int:
         check_relay_url(cfg.relay)
     # Task settings are checked before the model is fetched: a typo should not cost a download.
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)
-
-    events = EventLog()
-    if not args.quiet:
-        events.add(terminal_printer(sys.stderr))
-    if args.events == "-":
-        events.add_jsonl(sys.stdout)
-    elif args.events:
-        events.add_jsonl(Path(args.events))
 
     from engine.hardware import tune_allocator
     from engine.modelfile import inspect_gguf
@@ -83,10 +84,9 @@ def run(args: argparse.Namespace) -> int:
     if cfg.relay and not cfg.offline:
         from engine.swarm import SwarmClient
 
-        swarm = SwarmClient(cfg.relay, cfg.swarm, node_id, model_name, cfg.token,
-                            on_status=lambda message: events.emit("status", message=message))
+        swarm = SwarmClient(cfg.relay, cfg.swarm, node_id, model_name, cfg.token, on_status=events.status)
     elif not cfg.offline:
-        events.emit("status", message="no relay given (--relay ws://host:port): training alone")
+        events.status("no relay given (--relay ws://host:port): training alone")
     node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir, swarm)
     stop = _StopFlag()
     control = None
@@ -98,9 +98,10 @@ def run(args: argparse.Namespace) -> int:
         control.listen(sys.stdin)
     try:
         target = args.rounds or None
-        settings = {**_public(cfg), "threads": threads}
-        events.emit("start", node_id=node_id, node_name=display_name(node_id), model=model_name, model_path=str(model_path),
-                    round_start=node.round, round_end=target, **settings)
+        events.emit(ev.Start(node_id=node_id, node_name=display_name(node_id), model=model_name,
+                             model_path=str(model_path), round_start=node.round, round_end=target, threads=threads,
+                             settings=_public(cfg)))
+        events.emit(ev.StateChanged(state="running", round=node.round))
         while (target is None or node.round < target) and not stop.requested:
             if control is not None:
                 control.wait_if_paused()
@@ -111,10 +112,11 @@ def run(args: argparse.Namespace) -> int:
                     node.set_threads(control.threads)
                     control.threads = None
             node.run_round()
-        events.emit("stop", round=node.round, reason=stop.reason or "finished")
+            if control is not None and (target is None or node.round < target):
+                control.round_done()  # a pending finish pauses here
+        events.emit(ev.Stop(round=node.round, reason=stop.reason or "finished"))
     finally:
         node.close()
-        events.close()
     return 0
 
 

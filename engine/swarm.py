@@ -22,7 +22,7 @@ from websockets.exceptions import InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
-from relay.protocol import (MAX_FRAME_BYTES, Ack, Code, Error, Group, Groups, Hello, ProtocolError, Publish, Report,
+from wire.protocol import (MAX_FRAME_BYTES, Ack, Code, Error, Group, Groups, Hello, ProtocolError, Publish, Report,
                             Sample, ServerMessage, SharedGroup, StatsReply, StatsRequest, Welcome, decode,
                             display_name, encode)
 

@@ -24,7 +24,8 @@ from typing import Any
 import reasoning_gym
 
 from engine.errors import SapoError
-from relay.protocol import TaskSpec
+from engine.rewards import ANSWER_CLOSE, ANSWER_OPEN, tagged
+from wire.protocol import TaskSpec
 
 # The nine tasks of the paper's controlled experiment, on reasoning-gym's defaults.
 PAPER_TASKS = (
@@ -61,7 +62,7 @@ EASY_WEIGHTS = {"basic_arithmetic": 4.0, "chain_sum": 2.0}
 
 SYSTEM_PROMPT = (
     "You are a careful problem solver. Think briefly, then give only your final answer "
-    "between <answer> and </answer> tags."
+    f"between {ANSWER_OPEN} and {ANSWER_CLOSE} tags."
 )
 
 
@@ -213,7 +214,7 @@ def fewshot_messages(entry: TaskEntry, k: int) -> list[dict[str, str]]:
         index += 1
         if q.answer:
             messages += [{"role": "user", "content": q.question},
-                         {"role": "assistant", "content": f"<answer>{q.answer}</answer>"}]
+                         {"role": "assistant", "content": tagged(q.answer)}]
     return messages
 
 

@@ -22,21 +22,13 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from engine.groups import TrainSequence
 from engine.grpo import clipped_token_loss
 
 # peft still asks for transformers' old checkpointing property names; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 LOGIT_CHUNK = 256  # positions per lm_head chunk: 256 x 49,152 x 4 B = 50 MB at most
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sequence to train on: its prompt, its completion and the completion's advantage."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float
 
 
 @dataclass(frozen=True)
@@ -106,7 +98,7 @@ class Trainer:
                 hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
 
-    def _forward(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs of each sequence's completion tokens, packed: (sum of completion lengths,), and lengths."""
         seqs = [s.prompt_ids + s.completion_ids for s in batch]
         width = max(len(s) for s in seqs)
@@ -128,7 +120,7 @@ class Trainer:
         return lp, torch.tensor([len(s.completion_ids) for s in batch])
 
     @torch.no_grad()
-    def logprobs(self, samples: list[Sample]) -> list[torch.Tensor]:
+    def logprobs(self, samples: list[TrainSequence]) -> list[torch.Tensor]:
         """Per-sample completion log-probs under the current policy, no grad."""
         was_training = self.model.training
         self.model.eval()
@@ -139,11 +131,11 @@ class Trainer:
         self.model.train(was_training)
         return out
 
-    def _micro_batches(self, samples: list[Sample]) -> list[list[Sample]]:
+    def _micro_batches(self, samples: list[TrainSequence]) -> list[list[TrainSequence]]:
         mb = self.cfg.micro_batch
         return [samples[i:i + mb] for i in range(0, len(samples), mb)]
 
-    def step(self, samples: list[Sample]) -> TrainStats:
+    def step(self, samples: list[TrainSequence]) -> TrainStats:
         """``iterations`` optimizer steps on these samples; returns stats of the last."""
         t0 = time.perf_counter()
         samples = sorted((s for s in samples if s.completion_ids), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))

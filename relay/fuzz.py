@@ -30,7 +30,7 @@ import msgspec
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from relay import protocol as p
+from wire import protocol as p
 from relay.loadgen import SimNode, http_get, spawn_relay, synthetic_group
 
 Frame = tuple[str | bytes, bool]  # payload, sent as text?

@@ -41,7 +41,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 
-from relay import protocol as p
+from wire import protocol as p
 
 CLIENT_VERSION = "sapo-loadgen/0.1"
 

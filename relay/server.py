@@ -25,7 +25,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from relay import protocol as p
+from wire import protocol as p
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
 

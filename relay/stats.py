@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay.protocol import LeaderboardRow
+from wire.protocol import LeaderboardRow
 
 log = logging.getLogger(__name__)
 

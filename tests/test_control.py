@@ -6,26 +6,70 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from engine.control import Control
+from wire import events as ev
+
+
+def _recorder():
+    said: list = []
+    return said, Control(said.append)
 
 
 def test_commands_flip_the_switches_and_bad_lines_are_only_warnings():
-    said: list[tuple[str, dict]] = []
-    c = Control(lambda type_, **f: said.append((type_, f)))
+    said, c = _recorder()
     c.apply('{"cmd": "pause"}')
-    assert c.paused
+    assert c.paused and said == []  # no state event until the loop really pauses
     c.apply('{"cmd": "resume"}')
     assert not c.paused
     c.apply('{"cmd": "set_threads", "threads": 3}')
     assert c.threads == 3
-    for junk in ("not json", '{"cmd": 5}', '{"cmd": "explode"}', '{"cmd": "set_threads", "threads": 0}', '{"x": 1}'):
+    for junk in ("not json", '{"cmd": 5}', '{"cmd": "explode"}', '{"cmd": "set_threads", "threads": 0}', '{"x": 1}',
+                 '{"cmd": "pause", "extra": 1}'):
         c.apply(junk)
-    assert [t for t, _ in said] == ["status", "status", "status"] + ["warning"] * 5
+    assert [type(e) for e in said] == [ev.Status] + [ev.Warning] * 6
     c.apply('{"cmd": "pause"}')
     c.apply('{"cmd": "stop"}')
-    assert c.stop_requested and not c.paused  # stopping wakes a paused node
+    assert c.stop_requested
+    c.wait_if_paused()  # returns at once: stopping wakes a paused node
+    assert said[-1] == ev.StateChanged(state="stopping", time=said[-1].time)
+
+
+def test_pause_point_blocks_and_says_so_from_the_loop_thread():
+    said, c = _recorder()
+    c.apply('{"cmd": "pause"}')
+    loop = threading.Thread(target=c.wait_if_paused)
+    loop.start()
+    deadline = time.monotonic() + 5
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [e.state for e in said] == ["paused"] and loop.is_alive()
+    c.apply('{"cmd": "resume"}')
+    loop.join(5)
+    assert not loop.is_alive()
+    assert [e.state for e in said] == ["paused", "running"]
+
+
+def test_finish_pauses_at_the_end_of_the_round_and_resume_cancels_it():
+    said, c = _recorder()
+    c.apply('{"cmd": "finish"}')
+    assert [e.state for e in said] == ["finishing"]
+    c.wait_if_paused()  # mid-round pause points do not stop a finishing round
+    c.apply('{"cmd": "resume"}')  # changed my mind: keep going
+    c.round_done()
+    assert [e.state for e in said] == ["finishing", "running"]
+    c.apply('{"cmd": "finish"}')
+    loop = threading.Thread(target=c.round_done)
+    loop.start()
+    deadline = time.monotonic() + 5
+    while said[-1].state != "paused" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert said[-1].state == "paused" and loop.is_alive()
+    c.apply('{"cmd": "resume"}')
+    loop.join(5)
+    assert [e.state for e in said][-3:] == ["finishing", "paused", "running"]
 
 
 def test_pause_resume_stop_a_real_node(tmp_path, model_cache):
@@ -54,7 +98,7 @@ def test_pause_resume_stop_a_real_node(tmp_path, model_cache):
         wait_for(lambda ev: any(e["type"] == "round" for e in ev))
         proc.stdin.write('{"cmd": "pause"}\n')
         proc.stdin.flush()
-        wait_for(lambda ev: any(e.get("paused") is True for e in ev))
+        wait_for(lambda ev: any(e.get("state") == "paused" for e in ev))
         time.sleep(1.0)  # the round in flight, if any, may finish...
         n = len([e for e in seen() if e["type"] == "round"])
         time.sleep(4.0)  # ... but no new round starts while paused
@@ -62,6 +106,13 @@ def test_pause_resume_stop_a_real_node(tmp_path, model_cache):
         proc.stdin.write('{"cmd": "set_threads", "threads": 1}\n{"cmd": "resume"}\n')
         proc.stdin.flush()
         wait_for(lambda ev: len([e for e in ev if e["type"] == "round"]) > n)
+        # finish: the round in flight completes, then the node pauses and says so
+        proc.stdin.write('{"cmd": "finish"}\n')
+        proc.stdin.flush()
+        wait_for(lambda ev: [e.get("state") for e in ev if e["type"] == "state"][-1:] == ["paused"])
+        n = len([e for e in seen() if e["type"] == "round"])
+        time.sleep(3.0)
+        assert len([e for e in seen() if e["type"] == "round"]) == n
         proc.stdin.write('{"cmd": "stop"}\n')
         proc.stdin.flush()
         assert proc.wait(300) == 0
@@ -70,3 +121,5 @@ def test_pause_resume_stop_a_real_node(tmp_path, model_cache):
             proc.kill()
     stops = [e for e in seen() if e["type"] == "stop"]
     assert stops and stops[0]["reason"] == "stop command"
+    states = [e["state"] for e in seen() if e["type"] == "state"]
+    assert states[0] == "running" and "finishing" in states and states[-1] == "stopping"

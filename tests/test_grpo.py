@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from engine.grpo import clipped_token_loss, group_advantages
-from engine.node import ScoredGroup, build_samples
+from engine.groups import Completion, ScoredGroup
+from engine.grpo import build_sequences, clipped_token_loss, group_advantages
 
 
 def test_advantages_are_normalised_per_group():
@@ -26,16 +26,15 @@ def test_groups_without_spread_are_dropped():
     assert group_advantages([0.5]) is None
 
 
-def test_build_samples_counts_dropped_groups():
+def test_build_sequences_counts_dropped_groups():
     from engine.rewards import Score
-    from engine.rollout import Completion
 
     def group(rewards):
         comps = [Completion("x", [1, 2], "eog") for _ in rewards]
         scores = [Score(r, r, r == 1, True) for r in rewards]
         return ScoredGroup(question=None, prompt_ids=[9], completions=comps, scores=scores)  # type: ignore[arg-type]
 
-    samples, dropped = build_samples([group([1, 0]), group([0, 0]), group([1, 1]), group([0, 1, 1])])
+    samples, dropped = build_sequences([group([1, 0]), group([0, 0]), group([1, 1]), group([0, 1, 1])])
     assert dropped == 2
     assert len(samples) == 5
     assert [round(s.advantage, 3) for s in samples[:2]] == [1.0, -1.0]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay import protocol as p
+from wire import protocol as p
 
 NODE = "0123456789abcdef0123456789abcdef"
 

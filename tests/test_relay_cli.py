@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from relay import protocol as p
+from wire import protocol as p
 from relay.cli import main
 from relay.loadgen import SimNode, spawn_relay, synthetic_group
 from relay.server import STATS_FILE

@@ -16,7 +16,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from relay import protocol as p
+from wire import protocol as p
 from relay.loadgen import SimNode, synthetic_group
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig

@@ -7,7 +7,7 @@ import pytest
 from engine.errors import SapoError
 from engine.swarm import SwarmClient, check_relay_url
 from engine.tasks import QuestionStream, build_mix
-from relay.protocol import Group
+from wire.protocol import Group
 
 from relay_process import RelayProcess
 

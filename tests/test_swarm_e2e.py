@@ -14,7 +14,7 @@ import pytest
 
 from engine.swarm import SwarmClient
 from engine.tasks import QuestionStream, build_mix
-from relay.protocol import Group
+from wire.protocol import Group
 
 from relay_process import RelayProcess
 

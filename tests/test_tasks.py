@@ -6,7 +6,7 @@ import pytest
 from engine.errors import SapoError
 from engine.tasks import (PAPER_TASKS, QuestionStream, StreamState, build_mix, derive_seed, fewshot_messages,
                           heldout_set, regenerate)
-from relay.protocol import TaskSpec
+from wire.protocol import TaskSpec
 
 
 @pytest.mark.parametrize("preset", ["paper", "easy"])

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from engine.policy import attach_lora, lora_config
-from engine.trainer import Sample, TrainConfig, Trainer, target_logprobs
+from engine.groups import TrainSequence as Sample
+from engine.trainer import TrainConfig, Trainer, target_logprobs
 
 
 def tiny_policy(seed: int = 0):

@@ -7,7 +7,7 @@ import pytest
 
 from engine.tasks import QuestionStream, build_mix
 from engine.verify import verify_group
-from relay.protocol import Group, TaskSpec
+from wire.protocol import Group, TaskSpec
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ MAX_AGE_S = 7 * 24 * 3600.0
 # A shared group must leave room for a few others in one `groups` reply.
 MAX_SHARED_GROUP_BYTES = MAX_FRAME_BYTES // 4
 LEADERBOARD_ROWS = 20
+SPREAD_EPS = 1e-6  # rewards closer than this count as equal
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 ConfigValue = int | float | str | bool | list[int | float | str | bool] | None
@@ -117,8 +118,15 @@ class Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError("rewards and completions differ in length")
 
     def has_spread(self) -> bool:
-        """True when the rewards differ: a group with none gives zero advantage everywhere."""
-        return max(self.rewards) > min(self.rewards)
+        return has_spread(self.rewards)
+
+
+def has_spread(rewards: list[float]) -> bool:
+    """True when the rewards differ: a group without spread gives zero advantage everywhere.
+
+    The one rule for "worth sharing" (node), "worth pooling" (relay) and "worth training" (GRPO).
+    """
+    return len(rewards) >= 2 and max(rewards) - min(rewards) > SPREAD_EPS
 
 
 # --- identity ---------------------------------------------------------------------

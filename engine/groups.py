@@ -1,0 +1,56 @@
+"""Plain data that flows through a round: completions, scored groups, training sequences.
+
+No torch, no llama.cpp: the pure algorithm (``engine.grpo``) and its tests use these
+without loading a model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from engine.rewards import Score
+from engine.tasks import Question
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int]  # as sampled, end-of-generation token included when there was one
+    finish: str  # "eog" | "length" | "answer" | "external"
+
+
+@dataclass
+class ScoredGroup:
+    """A question group ready for training: prompt ids, completions, their scores."""
+
+    question: Question
+    prompt_ids: list[int]
+    completions: list[Completion]
+    scores: list[Score]
+    source: str = "local"  # or the sending node's id
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.scores]
+
+
+@dataclass(frozen=True)
+class TrainSequence:
+    """One sequence to train on: its prompt, its completion and the completion's advantage."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+
+
+def summarize(groups: list[ScoredGroup]) -> dict[str, float]:
+    scores = [s for g in groups for s in g.scores]
+    if not scores:
+        return {"reward_mean": 0.0, "accuracy": 0.0, "format_rate": 0.0, "task_score": 0.0}
+    return {
+        "reward_mean": statistics.fmean(s.reward for s in scores),
+        "accuracy": statistics.fmean(s.correct for s in scores),
+        "format_rate": statistics.fmean(s.well_formed for s in scores),
+        "task_score": statistics.fmean(s.task_score for s in scores),
+    }

@@ -1,0 +1,291 @@
+"""The engine <-> app contract: events out of a node, commands into it, as typed structs.
+
+A node writes one event per line as JSON (``sapo-engine run --events -`` on stdout, or
+``--events FILE``) and, with ``--control stdin``, reads one command per line on stdin. The
+GUI speaks exactly this and nothing else, so both sides import these definitions.
+
+Compatibility rules (the schema version is ``SCHEMA_VERSION``, sent in ``start``):
+- fields are only ever added, each with a default, so an older reader ignores new fields
+  and a newer reader fills old files' gaps (``decode_event`` does not forbid unknown fields);
+- a removed or retyped field bumps ``SCHEMA_VERSION``;
+- an unknown ``type`` decodes to ``None``, never an exception, so an old GUI survives a
+  newer engine.
+docs/EVENTS.md describes every event for people; this module is what is checked.
+
+Imports msgspec only: no torch, no Qt, no llama.cpp.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from typing import Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+def _now() -> float:
+    return round(_time.time(), 3)
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True, frozen=True):
+    """Base of every event: its ``type`` tag and the wall-clock ``time`` it was made."""
+
+    time: float = msgspec.field(default_factory=_now)
+
+
+# --- a run's life ----------------------------------------------------------------------
+
+class Start(Event, tag="start", frozen=True):
+    """After set-up, before the first round: who this node is and what it will do."""
+
+    node_id: str
+    node_name: str
+    model: str
+    model_path: str
+    round_start: int
+    round_end: int | None  # None: until stopped
+    threads: int
+    settings: dict[str, Any] = {}  # every NodeConfig field, resolved, secrets left out
+    schema: int = SCHEMA_VERSION
+
+
+State = Literal["running", "paused", "finishing", "stopping"]
+
+
+class StateChanged(Event, tag="state", frozen=True):
+    """The loop really is in this state now (not: a command asking for it has arrived).
+
+    ``finishing``: the round in flight completes, then the node pauses.
+    """
+
+    state: State
+    round: int = 0
+
+
+Phase = Literal["external", "generating", "scoring", "sharing", "training", "swapping", "evaluating", "checkpointing"]
+
+
+class PhaseProgress(Event, tag="phase", frozen=True):
+    """Progress inside a round: ``done`` of ``total`` units (sequences, micro-batches, questions)."""
+
+    round: int
+    phase: Phase
+    done: int = 0
+    total: int = 0
+
+
+class Download(Event, tag="download", frozen=True):
+    """A model file being fetched; ``total_bytes`` 0 while unknown."""
+
+    file: str
+    done_bytes: int
+    total_bytes: int = 0
+    finished: bool = False
+
+
+class Status(Event, tag="status", frozen=True):
+    """Something a person should know (connected, resumed, ...)."""
+
+    message: str
+    round: int | None = None
+    lora_digest: str | None = None
+
+
+class Warning(Event, tag="warning", frozen=True):  # noqa: A001 - the event's name on the wire
+    """Something went wrong that the node survived (a bad command line, a relay hiccup)."""
+
+    message: str
+
+
+class ErrorEvent(Event, tag="error", frozen=True):
+    """The node is about to exit non-zero: ``message`` is the one line a user sees."""
+
+    message: str
+    kind: Literal["user", "bug"] = "user"
+
+
+class Stop(Event, tag="stop", frozen=True):
+    round: int
+    reason: str
+
+
+# --- a round ---------------------------------------------------------------------------
+
+class TaskRound(msgspec.Struct, frozen=True):
+    accuracy: float
+    reward_mean: float
+
+
+class RolloutSample(msgspec.Struct, frozen=True):
+    """One completion for the dashboard's feed: short texts, never whole prompts."""
+
+    task: str
+    question: str  # cut to a few hundred characters
+    answer: str | None  # the extracted <answer>, None when there was none
+    reward: float
+    correct: bool
+    source: str  # "own", or the sender's display name
+
+
+class Round(Event, tag="round", frozen=True):
+    """After each round. Times in seconds unless the name says ms."""
+
+    round: int
+    reward_mean: float
+    accuracy: float  # fully correct answers only, never the format bonus
+    format_rate: float
+    task_score: float
+    groups: int  # own groups generated
+    gen_tokens: int
+    gen_s: float
+    gen_tokens_per_s: float
+    loss: float
+    train_s: float
+    swap_ms: float
+    checkpoint_ms: float
+    groups_trained: int
+    groups_dropped: int  # no reward spread
+    tokens_trained: int
+    clip_low_frac: float
+    clip_high_frac: float
+    grad_norm: float
+    round_s: float
+    per_task: dict[str, TaskRound] = {}
+    score_s: float = 0.0
+    train_prompt_tokens: int = 0
+    train_completion_tokens: int = 0
+    eval_s: float | None = None  # rounds that evaluated
+    # the swarm: relay_connected is None when no relay is configured
+    external_groups: int = 0
+    rejected_groups: int = 0
+    relay_connected: bool | None = None
+    peers: int = 0
+    external_reward_mean: float | None = None
+    rejected_reasons: dict[str, int] = {}
+    rejected_total: int = 0
+    rejected_by_sender: dict[str, int] = {}  # sender node id -> groups, top 10 since start
+    groups_shared: int = 0
+    shared_total: int | None = None
+    adopted_total: int | None = None
+    swarm_groups_per_minute: float | None = None
+    rollouts: list[RolloutSample] = []
+
+
+class TaskEval(msgspec.Struct, frozen=True):
+    eval_accuracy: float
+    eval_sampled_reward: float
+    eval_sampled_accuracy: float | None = None
+
+
+class Eval(Event, tag="eval", frozen=True):
+    """Held-out evaluation: before round 1, then every ``eval_every`` rounds."""
+
+    round: int
+    eval_accuracy: float  # greedy pass@1
+    eval_sampled_reward: float  # at the training temperature, format bonus included
+    eval_questions: int
+    eval_s: float
+    per_task: dict[str, TaskEval] = {}
+    eval_sampled_accuracy: float | None = None  # at the training temperature, fully correct only
+
+
+class LeaderRow(msgspec.Struct, frozen=True):
+    node_id: str
+    name: str
+    groups_shared: int
+    groups_adopted: int
+    rounds: int
+
+
+class Swarm(Event, tag="swarm", frozen=True):
+    """The swarm as the relay sees it, after each round with a relay."""
+
+    peers_online: int
+    groups_per_minute: float
+    leaderboard: list[LeaderRow] = []
+    you: LeaderRow | None = None
+    rank: int | None = None  # this node's place on the leaderboard, 1-based; None when not on it
+
+
+AnyEvent = Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
+EVENT_TYPES: tuple[type[Event], ...] = (Start, StateChanged, PhaseProgress, Download, Status, Warning, ErrorEvent,
+                                        Stop, Round, Eval, Swarm)
+
+
+# --- commands into a node --------------------------------------------------------------
+
+class Command(msgspec.Struct, tag_field="cmd", frozen=True, forbid_unknown_fields=True):
+    """Base of every command (``{"cmd": ...}``, one per line on the node's stdin)."""
+
+
+class Pause(Command, tag="pause", frozen=True):
+    """Pause at the next step boundary (mid-round is fine: the round resumes where it was)."""
+
+
+class Resume(Command, tag="resume", frozen=True):
+    pass
+
+
+class Finish(Command, tag="finish", frozen=True):
+    """Complete the round in flight, then pause (Folding@home's *Finish*)."""
+
+
+class StopCommand(Command, tag="stop", frozen=True):
+    """Stop after the round in flight, like SIGTERM."""
+
+
+class SetThreads(Command, tag="set_threads", frozen=True):
+    threads: int = msgspec.field(default=0)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.threads <= 1024:
+            raise ValueError("threads must be 1..1024")
+
+
+AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads
+
+
+# --- encode / decode -------------------------------------------------------------------
+
+_encoder = msgspec.json.Encoder()
+_event_decoder = msgspec.json.Decoder(AnyEvent)
+_command_decoder = msgspec.json.Decoder(AnyCommand)
+_KNOWN_EVENTS = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
+
+
+class _Tag(msgspec.Struct):
+    type: Any = None
+
+
+_tag_decoder = msgspec.json.Decoder(_Tag)
+
+
+def encode(item: Event | Command) -> bytes:
+    """One event or command as a JSON line (newline included)."""
+    return _encoder.encode(item) + b"\n"
+
+
+def decode_event(line: str | bytes) -> AnyEvent | None:
+    """One event from a JSON line; None for an event type this side does not know.
+
+    Raises ``msgspec.DecodeError`` (``ValidationError`` included) for a line that is not an
+    event at all: the caller decides whether that is fatal (it is not, for the GUI).
+    """
+    try:
+        return _event_decoder.decode(line)
+    except msgspec.ValidationError:
+        if _tag_decoder.decode(line).type not in _KNOWN_EVENTS:
+            return None  # a newer engine's event type: skip it
+        raise
+
+
+def decode_command(line: str | bytes) -> AnyCommand:
+    """One command; raises ``msgspec.DecodeError`` with a readable message on a bad line."""
+    return _command_decoder.decode(line)
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """An event as plain builtins (its ``type`` included), e.g. for tests and tables."""
+    return msgspec.to_builtins(event) | {"type": event.__struct_config__.tag}
