@@ -73,8 +73,8 @@ class Identity:
         """From a PKCS#8 PEM file's bytes; ValueError if it is not an Ed25519 private key."""
         try:
             key = serialization.load_pem_private_key(pem, password=None)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"not a PEM private key ({exc})") from None
+        except (ValueError, TypeError):
+            raise ValueError("not a PEM private key") from None
         if not isinstance(key, Ed25519PrivateKey):
             raise ValueError("not an Ed25519 private key")
         return cls(key)
