@@ -175,7 +175,7 @@ class SwarmClient:
             return []
         tasks = tasks[: self.limits.max_task_filters] if tasks else None
         reply = self._request(Sample(n=wanted, tasks=tasks or None, max_age_s=max_age_s))
-        return list(reply.groups) if isinstance(reply, Groups) else []
+        return list(reply.groups[:wanted]) if isinstance(reply, Groups) else []  # never more than asked for
 
     def screen(self, shared: SharedGroup) -> str | None:
         """Why a received group must not be used (``bad_signature``, ``own``, ``replay``), or None.
