@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--error-burst", type=_positive(int), default=d.error_burst, help="refused frames before a close")
     ap.add_argument("--hello-timeout-s", type=_positive(float), default=d.hello_timeout_s)
     ap.add_argument("--max-peers", type=_positive(int), default=d.max_peers)
+    ap.add_argument("--max-peers-per-address", type=_positive(int), default=None,
+                    help="connections admitted from one IP address (default: no cap)")
     ap.add_argument("--max-swarms", type=_positive(int), default=d.max_swarms)
     ap.add_argument("--compression", action="store_true", help="enable permessage-deflate (costs relay CPU)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -157,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         error_burst=args.error_burst,
         hello_timeout_s=args.hello_timeout_s,
         max_peers=args.max_peers,
+        max_peers_per_address=args.max_peers_per_address,
         max_swarms=args.max_swarms,
         compression=args.compression,
     )

@@ -67,6 +67,7 @@ class RelayConfig:
     error_burst: int = 20
     hello_timeout_s: float = 10.0
     max_peers: int = 5000
+    max_peers_per_address: int | None = None  # connections admitted from one IP address (None: no cap)
     max_swarms: int = 256
     flush_interval_s: float = 1.0
     compression: bool = False  # permessage-deflate: less bandwidth, much more relay CPU
@@ -82,6 +83,8 @@ class RelayConfig:
         for name in ("burst", "error_burst", "max_peers", "max_swarms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.max_peers_per_address is not None and self.max_peers_per_address < 1:
+            raise ValueError("max_peers_per_address must be at least 1")
         if self.bytes_burst < p.MAX_FRAME_BYTES:
             raise ValueError(f"bytes_burst must be at least one frame ({p.MAX_FRAME_BYTES} bytes)")
         for name, most in (("max_completions", p.MAX_COMPLETIONS), ("max_completion_chars", p.MAX_COMPLETION_CHARS),
@@ -115,6 +118,7 @@ class _Session:
     swarm: str
     node_id: str  # derived from public_key, which signed this connection's challenge
     public_key: bytes
+    address: str
     messages: TokenBucket
     bytes: TokenBucket
     errors: TokenBucket
@@ -166,6 +170,7 @@ class Relay:
         self.stats: StatsStore | None = None
         self.metrics = Metrics(self)
         self.peers: dict[str, dict[str, _Session]] = {}  # swarm -> node_id -> session
+        self.per_address: dict[str, int] = {}  # admitted sessions per remote address
         self.port = config.port
         self._server: Server | None = None
         self._chores: list[asyncio.Task[None]] = []
@@ -312,8 +317,9 @@ class Relay:
                 if hello is None:
                     return None
                 node_id = ident.node_id_for(hello.public_key)
+                address = _address(ws)
                 try:
-                    self._admit(hello, node_id)
+                    self._admit(hello, node_id, address)
                 except p.ProtocolError as err:
                     await self._refuse(ws, err)
                     return None
@@ -330,13 +336,13 @@ class Relay:
                                                    "the public key: connect with your own key"))
             return None
         try:
-            self._admit(hello, node_id)  # again: the relay may have filled up while we waited
+            self._admit(hello, node_id, address)  # again: the relay may have filled up while we waited
         except p.ProtocolError as err:
             await self._refuse(ws, err)
             return None
         mono, now, c = time.monotonic(), time.time(), self.config
         session = _Session(
-            ws, hello.swarm, node_id, hello.public_key,
+            ws, hello.swarm, node_id, hello.public_key, address,
             messages=TokenBucket(c.rate_per_s, c.burst, mono),
             bytes=TokenBucket(c.bytes_per_s, c.bytes_burst, mono),
             errors=TokenBucket(c.error_per_s, c.error_burst, mono),
@@ -347,6 +353,7 @@ class Relay:
             # The same node again (a restart, a reconnect), proven by its key: the newest connection wins.
             self._spawn(self._refuse(old.ws, p.ProtocolError(p.Code.REPLACED, "this node connected again")))
         swarm[node_id] = session
+        self.per_address[address] = self.per_address.get(address, 0) + 1
         assert self.stats is not None
         self.stats.touch(hello.swarm, node_id, now)
         self.metrics.messages.labels("hello").inc()
@@ -367,7 +374,7 @@ class Relay:
             return None
         return msg
 
-    def _admit(self, hello: p.Hello, node_id: str) -> None:
+    def _admit(self, hello: p.Hello, node_id: str, address: str) -> None:
         token = self.config.token
         if token is not None and (hello.token is None or not hmac.compare_digest(hello.token.encode(), token.encode())):
             raise p.ProtocolError(p.Code.UNAUTHORIZED, "this relay needs the right token")
@@ -379,8 +386,19 @@ class Relay:
             raise p.ProtocolError(p.Code.FULL, "this relay serves as many swarms as it can")
         if (swarm is None or node_id not in swarm) and self.peer_count >= self.config.max_peers:
             raise p.ProtocolError(p.Code.FULL, "this relay has as many peers as it can take")
+        cap = self.config.max_peers_per_address
+        existing = swarm.get(node_id) if swarm is not None else None
+        replaces = existing is not None and existing.address == address  # a reconnect takes its old place
+        if cap is not None and not replaces and self.per_address.get(address, 0) >= cap:
+            # Keys are free, addresses less so: one machine cannot field a crowd of identities.
+            raise p.ProtocolError(p.Code.FULL, f"this relay admits at most {cap} connections per address")
 
     def _leave(self, session: _Session) -> None:
+        left = self.per_address.get(session.address, 0) - 1
+        if left > 0:
+            self.per_address[session.address] = left
+        else:
+            self.per_address.pop(session.address, None)
         swarm = self.peers.get(session.swarm)
         if swarm is not None and swarm.get(session.node_id) is session:
             del swarm[session.node_id]
@@ -516,6 +534,11 @@ class Relay:
             self.stats.record_adoption(s.swarm, author)
         self.metrics.adoptions.inc(len(credited))
         return p.encode_bytes(p.Ack(accepted=len(credited)))
+
+
+def _address(ws: ServerConnection) -> str:
+    peer = ws.remote_address
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
 def _response(conn: ServerConnection, body: str, content_type: str) -> Response:

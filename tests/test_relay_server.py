@@ -389,3 +389,22 @@ def test_allow_list_admits_only_listed_keys(tmp_path: Path) -> None:
             assert await closed_with(stranger) == 1008
 
     run(scenario)
+
+
+def test_connections_per_address_can_be_capped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path, max_peers_per_address=2) as r:
+            a, b = await joined(r), await joined(r)
+            third = SimNode(url(r))
+            reply = await third.connect(T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.FULL and "per address" in reply.reason
+            again = await joined(r, identity=a.identity)  # a reconnect replaces; it is not a third
+            assert await closed_with(a) == 1008
+            await b.close()
+            async with asyncio.timeout(T):
+                while r.per_address.get("127.0.0.1") != 1:
+                    await asyncio.sleep(0.01)
+            await joined(r)  # room again
+            assert isinstance(await again.request(p.StatsRequest(), T), p.StatsReply)
+
+    run(scenario)
