@@ -2,7 +2,7 @@
 
     python -m relay.fuzz --frames 10000
 
-Spawns a relay (message-rate limits lifted so frames reach the decoder; the
+Spawns a relay (message and publish rate limits lifted so frames reach the decoder; the
 refused-frame limit stays on, so hostile connections do get closed), then sends
 ``--frames`` malformed or hostile frames over several connections, reconnecting
 whenever the relay closes one. Meanwhile two good nodes publish and sample, and
@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="sapo-fuzz-"))
-    relay = spawn_relay(["--rate", "1e6", "--burst", "1000000", "--bytes-rate", "1e10"], workdir)
+    relay = spawn_relay(["--rate", "1e6", "--burst", "1000000", "--bytes-rate", "1e10", "--groups-per-minute", "1000000"],
+                        workdir)
     print(f"relay: spawned pid {relay.proc.pid} at {relay.url}")
     try:
         tally, served, failures, took = asyncio.run(fuzz(relay.url, args.frames, args.connections, args.seed))
