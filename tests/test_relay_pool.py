@@ -7,6 +7,8 @@ import time
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.pool import ENTRY_OVERHEAD_BYTES, RECEIVER_BYTES, Pool, PoolLimits
 
@@ -226,3 +228,49 @@ def test_sampling_stays_fast_when_full() -> None:
         assert len(pool.sample("s", nodes[i], 4, max_age_s=600, now=111, tasks=["arith"]).payloads) == 4
     # ~1000 nodes each asking once; the bound is loose for a busy 2-core CI machine.
     assert time.process_time() - started < 2.0
+
+
+# --- property: the bookkeeping holds whatever the sequence of operations ----------------------
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "sample", "adopt", "expire"]),
+        st.integers(0, 5),  # author / receiver
+        st.integers(0, 30),  # key
+        st.floats(0, 5),  # time step
+        st.sampled_from(["s", "t"]),
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_pool_bookkeeping_invariants(sequence: list[tuple[str, int, int, float, str]]) -> None:
+    limits = PoolLimits(max_groups=12, max_bytes=1 << 16, max_age_s=20, per_author=4, groups_per_minute=1000)
+    pool = Pool(limits, rng=random.Random(0))
+    now = 0.0
+    for op, who, key, step, swarm in sequence:
+        now += step
+        node = f"{who:032x}"
+        if op == "add":
+            add(pool, node, str(key), swarm=swarm, now=now, digest=f"d{key}", payload=b"p" * (50 * key + 1))
+        elif op == "sample":
+            got = pool.sample(swarm, node, 3, max_age_s=10, now=now)
+            assert node not in got.authors and len(got.payloads) <= 3
+        elif op == "adopt":
+            assert node not in pool.adopt(swarm, node, [f"d{k}" for k in range(key)])
+        else:
+            pool.expire(now)
+        swarms = pool._swarms
+        assert pool.groups == sum(len(sp) for sp in swarms.values())
+        assert pool.bytes == sum(sp.bytes for sp in swarms.values()) <= limits.max_bytes
+        for sp in swarms.values():
+            live = [e for e in sp.arrivals if e.alive]
+            assert len(live) == len(sp) <= limits.max_groups
+            assert sp.bytes == sum(e.size for e in live)
+            assert all(0 < len(f) <= limits.per_author for f in sp.by_author.values())
+            assert sorted(sp.authors) == sorted(sp.by_author) and len(sp.by_digest) == len(sp)
+            assert all(sp.authors[i] == a for a, i in sp.author_slot.items())
+            assert sp.max_count == max((len(f) for f in sp.by_author.values()), default=0)
+            assert all(now - e.received_at <= limits.max_age_s for e in live) or op != "expire"
