@@ -48,6 +48,12 @@ def load_or_create(data_dir: Path) -> Loaded:
     return Loaded(identity, note)
 
 
+def install(data_dir: Path, identity: Identity) -> None:
+    """Give a data dir this identity (simulations and benchmarks that want the same node ids every run)."""
+    _write_private(data_dir / KEY_FILE, identity.to_pem())
+    _write_info(data_dir / INFO_FILE, identity)
+
+
 def _load_key(path: Path) -> Identity:
     if os.name == "posix":
         mode = stat.S_IMODE(path.stat().st_mode)

@@ -76,3 +76,15 @@ def test_corrupt_key_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SapoError) as info:
         load_or_create(tmp_path)
     assert str(info.value) == f"node key {key} is unreadable or corrupt (not a PEM private key); delete it to start as a new node"
+
+
+def test_install_gives_a_data_dir_a_chosen_identity(tmp_path: Path) -> None:
+    from engine.identity import install
+    from wire.identity import Identity
+
+    me = Identity.from_seed(b"\x01" * 32)
+    install(tmp_path, me)
+    loaded = load_or_create(tmp_path)
+    assert loaded.identity.node_id == me.node_id and loaded.note is None
+    if os.name == "posix":
+        assert stat.S_IMODE((tmp_path / KEY_FILE).stat().st_mode) == 0o600
