@@ -57,6 +57,10 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     file_values = load_toml(args.config) if args.config else {}
     cfg = build_config(file_values, flag_settings(args))
     data_dir = prepare_data_dir(args.data_dir)
+    loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
+    node_id = loaded.identity.node_id
+    if loaded.note:
+        events.status(loaded.note)
     if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
         from engine.swarm import check_relay_url
 
@@ -76,10 +80,6 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     threads = cfg.threads
     cache_dir = default_cache_dir()
     model_path = working_gguf(source, cfg.weights, cache_dir / "models")
-    loaded = load_or_create(data_dir)
-    node_id = loaded.identity.node_id
-    if loaded.note:
-        events.status(loaded.note)
 
     from engine.node import Node
 

@@ -88,3 +88,17 @@ def test_install_gives_a_data_dir_a_chosen_identity(tmp_path: Path) -> None:
     assert loaded.identity.node_id == me.node_id and loaded.note is None
     if os.name == "posix":
         assert stat.S_IMODE((tmp_path / KEY_FILE).stat().st_mode) == 0o600
+
+
+@posix_only
+def test_engine_refuses_a_readable_key_before_anything_else(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    load_or_create(tmp_path)
+    (tmp_path / KEY_FILE).chmod(0o644)
+    proc = subprocess.run([sys.executable, "-m", "engine", "run", "--offline", "--model", "no-such-model",
+                           "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("sapo-engine: error: node key") and "chmod 600" in lines[0]
