@@ -51,7 +51,7 @@ from engine.verify import verify_group
 from engine.tasks import (Question, QuestionStream, StreamState, TaskEntry, build_messages, build_mix, derive_seed,
                           fewshot_messages, heldout_set, scorer_for)
 from wire import events as ev
-from wire.protocol import Group, has_spread
+from wire.protocol import Group, group_digest, has_spread
 
 MAX_SEQS_PER_BATCH = 64
 
@@ -164,6 +164,7 @@ class Node:
         samples, dropped = build_sequences(groups + external)
         self.pause_point()
         train = self.trainer.step(samples)
+        self._report(rnd, external)
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
         swap_ms = self.sync.sync(self.policy) if samples else 0.0
         summary = summarize(groups)
@@ -209,6 +210,13 @@ class Node:
         tasks = None if self.cfg.external_any_task else sorted({e.dataset for e in self.mix})
         out = []
         for shared in self.swarm.sample(self.cfg.external_groups, tasks):
+            # Authorship first: nothing of a group is looked at before its signature checks out.
+            screened = self.swarm.screen(shared)
+            if screened is not None:
+                rejected[screened] += 1
+                if screened == "bad_signature":
+                    self.rejected_by_sender[shared.node_id] += 1  # the claimed sender: unproven
+                continue
             verdict = verify_group(shared.group, self.cfg.format_bonus)
             if not verdict.ok or verdict.question is None:
                 rejected[verdict.reason or "bad_spec"] += 1
@@ -217,7 +225,7 @@ class Node:
             # Re-encoded with our own tokenizer and template: the sender may run another model.
             completions = [Completion(t, self.llm.tokenize(t), "external") for t in shared.group.completions]
             out.append(ScoredGroup(verdict.question, self.prompt_ids(verdict.question), completions, verdict.scores,
-                                   source=shared.node_id))
+                                   source=shared.node_id, digest=group_digest(shared.group)))
         self.rejected_total.update(rejected)
         return out, rejected
 
@@ -230,8 +238,12 @@ class Node:
                       round=rnd)
                 for g in groups if has_spread(g.rewards)]
         ack = self.swarm.publish(wire)
-        self.swarm.report(rnd)
         return ack.accepted if ack is not None else 0
+
+    def _report(self, rnd: int, external: list[ScoredGroup]) -> None:
+        """Signed to the relay: the round is done, and these peers' groups were trained (their adoption)."""
+        if self.swarm is not None:
+            self.swarm.report(rnd, [g.digest for g in external if g.digest and has_spread(g.rewards)])
 
     def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
         if self.swarm is None:
