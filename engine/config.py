@@ -100,7 +100,13 @@ class NodeConfig:
     swarm: str = setting("public", "swarm name on the relay")
     token: str | None = setting(None, "shared token of a private swarm")
     offline: bool = setting(False, "train alone, no relay")
-    external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix")
+    external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix "
+                                             "(within the size caps of engine.tasks.ANY_TASK_CAPS)")
+    # Token-mean loss weighs a group by its tokens: without a cap, a peer's long completions would
+    # outweigh the node's own experience. Half matches the paper's best split (I = J = 4).
+    external_token_share: float = setting(0.5, "largest share of an update's completion tokens that may come "
+                                               "from the swarm; longer external groups are left out (1 = no cap)",
+                                          source="paper's best split, I = J = 4")
 
     def check_resolved(self) -> None:
         """After resolve_auto no auto setting is left unset; a bug otherwise."""
@@ -263,6 +269,7 @@ def validate(cfg: NodeConfig) -> None:
     need(0 <= cfg.eps_low < 1 and cfg.eps_high >= 0, "clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0")
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
+    need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
 
 

@@ -331,6 +331,11 @@ SAFE_SCORERS: dict[str, Score] = {
 }
 
 
+def capped(answer: str | None) -> str | None:
+    """An extracted answer as sent to be scored: None (scores 0) when longer than MAX_ANSWER_CHARS."""
+    return answer if answer is not None and len(answer) <= MAX_ANSWER_CHARS else None
+
+
 def score_answer(dataset: str, ds: Any, answer: str | None, entry: dict[str, Any]) -> float:
     """reasoning-gym's score for one extracted answer, computed safely; raises what the scorer raises."""
     if answer is None or len(answer) > MAX_ANSWER_CHARS:
