@@ -21,7 +21,6 @@ coin_flip                  ``Fraction("1e999999999")`` takes minutes        expo
                                                                             float, same score)
 rubiks_cube                ``"R999999999"`` builds a list that long         counts reduced mod 4
 rush_hour                  ``"A+999999999"`` loops that many steps          steps clamped to the board
-composite                  forwards to the datasets above                   forwarded here too
 =========================  ===============================================  ==========================
 
 All other scorers do work linear (or, for propositional_logic, quadratic) in the answer's
@@ -157,6 +156,7 @@ def check_sympy_text(text: str, names: set[str], functions: frozenset[str] = SYM
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_EXPR_NODES:
         raise Unsafe("expression too large")
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
         if not isinstance(node, _SYMPY_NODES):
             raise Unsafe(f"not allowed: {type(node).__name__}")
@@ -168,7 +168,7 @@ def check_sympy_text(text: str, names: set[str], functions: frozenset[str] = SYM
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in functions) or node.keywords:
                 raise Unsafe("not an allowed function")
-        elif isinstance(node, ast.Name) and node.id in functions:
+        elif isinstance(node, ast.Name) and node.id in functions and id(node) not in called:
             raise Unsafe("a function used as a value")
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             base_is_e = isinstance(node.left, ast.Name) and node.left.id == "E"
@@ -340,8 +340,5 @@ def score_answer(dataset: str, ds: Any, answer: str | None, entry: dict[str, Any
     """reasoning-gym's score for one extracted answer, computed safely; raises what the scorer raises."""
     if answer is None or len(answer) > MAX_ANSWER_CHARS:
         return 0.0
-    if dataset == "composite":  # a mix of datasets in one: score as the item's own dataset
-        dataset = entry["metadata"]["source_dataset"]
-        ds = ds.datasets[dataset]
     safe = SAFE_SCORERS.get(dataset)
     return safe(ds, answer, entry) if safe is not None else ds.score_answer(answer, entry)
