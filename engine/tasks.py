@@ -178,7 +178,7 @@ ANY_TASK_CAPS: dict[str, dict[str, float | None]] = {
     "basic_arithmetic": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "operators": None,
                          "allow_parentheses": None, "allow_negation": None, "format_style": None,
                          "whitespace": None},
-    "bf": {"difficulty": 3},
+    "bf": {"difficulty": 2},  # difficulty 3 takes seconds per item
     "binary_matrix": {"min_n": 12, "max_n": 12, "p_zero": 1.0},
     "calendar_arithmetic": {"year": 9999, "tasks": None, "offset_upper_bound": 1000, "leap_year_range": 1000},
     "chain_sum": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "allow_negation": None},
