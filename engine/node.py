@@ -25,7 +25,6 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -51,8 +50,7 @@ from engine.swarm import SwarmClient
 from engine.trainer import TrainConfig, Trainer
 from engine.safe_scoring import capped
 from engine.sandbox import Job, Sandbox
-from engine.tasks import (Question, QuestionStream, StreamState, TaskEntry, build_messages, build_mix, derive_seed,
-                          fewshot_messages, heldout_set, question_key)
+from engine.tasks import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
 from engine.verify import Verifier, cap_external_tokens
 from wire import events as ev
 from wire.protocol import Group, has_spread
@@ -82,7 +80,7 @@ class Node:
         self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads)
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
-        self._fewshot: dict[str, list[dict[str, str]]] = {}
+        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens)
         self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
                                model=model_name)
 
@@ -126,21 +124,6 @@ class Node:
                                    lora_digest=lora_digest(get_peft_model_state_dict(self.policy))))
 
     # --- prompts and scoring ---
-    def prompt_ids(self, q: Question) -> list[int]:
-        """The node's own prompt for a question: its chat template, its few-shot examples.
-
-        Examples only for tasks of its own mix (a peer's settings are never generated here,
-        outside the sandbox), and never a held-out question.
-        """
-        key = q.spec.dataset + json.dumps(q.spec.config, sort_keys=True)
-        shots = self._fewshot.get(key)
-        if shots is None:
-            entry = TaskEntry(q.spec.dataset, config=dict(q.spec.config))
-            own = any(e.dataset == entry.dataset and e.config == entry.config for e in self.mix)
-            shots = fewshot_messages(entry, self.cfg.fewshot, self._heldout_keys) if own else []
-            self._fewshot[key] = shots
-        return self.llm.prompt_tokens(build_messages(q.question, shots))
-
     def score(self, groups: list[tuple[Question, list[Completion]]]) -> list[list[Score]]:
         """Scores for each group's completions: one sandbox job per group, run in parallel."""
         jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]

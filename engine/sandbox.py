@@ -222,6 +222,13 @@ class _Worker:
         """The next line; None at end of output; raises queue.Empty on timeout."""
         return self.lines.get(timeout=timeout)
 
+    def wait_ready(self) -> None:
+        """Block until the worker has loaded reasoning-gym; OSError if it died doing so."""
+        if not self.ready:
+            if self._read(STARTUP_TIMEOUT_S) != b'"ready"\n':
+                raise BrokenPipeError("the worker did not start")
+            self.ready = True
+
     def call(self, job: Job, timeout_s: float) -> Result:
         t0 = time.perf_counter()
         if self.proc is None or self.proc.poll() is not None:
@@ -229,10 +236,7 @@ class _Worker:
             self.start()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            if not self.ready:
-                if self._read(STARTUP_TIMEOUT_S) != b'"ready"\n':
-                    raise BrokenPipeError("the worker did not start")
-                self.ready = True
+            self.wait_ready()
             self.next_id += 1
             cpu = min(MAX_JOB_CPU_S, math.ceil(timeout_s))
             self.proc.stdin.write(self._encoder.encode(_Request(self.next_id, job, cpu)) + b"\n")
@@ -306,6 +310,16 @@ class Sandbox:
     @property
     def restarts(self) -> int:
         return sum(max(0, w.started - 1) for w in self._workers)
+
+    def wait_ready(self) -> bool:
+        """Block until every worker is up (a job's time then excludes startup); False if one is not."""
+        ok = True
+        for w in self._workers:
+            try:
+                w.wait_ready()
+            except (OSError, queue.Empty):
+                ok = False
+        return ok
 
     def _one(self, job: Job) -> Result:
         w = self._idle.get()

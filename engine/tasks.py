@@ -343,3 +343,26 @@ def fewshot_messages(entry: TaskEntry, k: int, exclude: frozenset[str] | set[str
 
 def build_messages(question: str, fewshot: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, *fewshot, {"role": "user", "content": question}]
+
+
+class Prompts:
+    """A node's prompt for any question: its chat template (``render``), its few-shot examples.
+
+    Examples only for tasks of its own mix (a peer's settings are never generated outside the
+    sandbox), never a held-out question (``exclude``: content keys).
+    """
+
+    def __init__(self, mix: tuple[TaskEntry, ...], fewshot: int, exclude: frozenset[str],
+                 render: Callable[[list[dict[str, str]]], list[int]]) -> None:
+        self.mix, self.fewshot, self.exclude, self.render = mix, fewshot, exclude, render
+        self._shots: dict[tuple[str, str], list[dict[str, str]]] = {}
+
+    def __call__(self, q: Question) -> list[int]:
+        key = (q.spec.dataset, _config_key(q.spec.config))
+        shots = self._shots.get(key)
+        if shots is None:
+            entry = next((e for e in self.mix if (e.dataset, _config_key(e.config)) == key), None)
+            shots = fewshot_messages(entry, self.fewshot, self.exclude) if entry is not None else []
+            self._shots[key] = shots
+        return self.render(build_messages(q.question, shots))
+
