@@ -103,10 +103,12 @@ class NodeConfig:
     external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix "
                                              "(within the size caps of engine.tasks.ANY_TASK_CAPS)")
     # Token-mean loss weighs a group by its tokens: without a cap, a peer's long completions would
-    # outweigh the node's own experience. Half matches the paper's best split (I = J = 4).
-    external_token_share: float = setting(0.5, "largest share of an update's completion tokens that may come "
-                                               "from the swarm; longer external groups are left out (1 = no cap)",
-                                          source="paper's best split, I = J = 4")
+    # outweigh the node's own experience. With the paper's I = J = 4 honest groups give about half
+    # the tokens; 0.7 leaves room for their spread and bounds a round of maximal-length external
+    # groups to ~1.3x a normal one (docs/SECURITY.md).
+    external_token_share: float = setting(0.7, "largest share of an update's completion tokens that may come "
+                                               "from the swarm; the longest external groups are left out "
+                                               "beyond it (1 = no cap)")
 
     def check_resolved(self) -> None:
         """After resolve_auto no auto setting is left unset; a bug otherwise."""
