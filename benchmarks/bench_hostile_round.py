@@ -1,7 +1,8 @@
 """What a round costs when a peer floods the pool with long groups, against a normal round.
 
-The issue's attack: 8 groups of 8 completions of ~15,000 characters (a valid answer at the end),
-published through a relay on 127.0.0.1; a node on the bundled model samples them
+The issue's attack: 8 groups of 8 completions of ~15,000 characters, published through a relay
+on 127.0.0.1; here the valid answer comes first, so that what is left after the receiver's cut
+still has reward spread and is trained on at full length (the costliest case); a node on the bundled model samples them
 (``--local 2 --external 2 --completions 4 --max-tokens 64``). Normal: the same node and
 settings with an empty pool (it makes all 4 groups itself). Alternating runs, each a fresh
 data dir, ``--rounds`` rounds; prints the median round time of each and their ratio.
@@ -57,7 +58,7 @@ def flood(url: str, swarm: str) -> int:
     for q in qs:  # one per frame: a frame is at most 1 MB
         spec = {"dataset": q.spec.dataset, "config": q.spec.config, "seed": q.spec.seed, "index": q.spec.index}
         g = {"spec": spec, "question": q.question, "answer": q.answer, "model": "evil", "round": 1,
-             "completions": [pad + f"<answer>{q.answer}</answer>", pad + "<answer>-99</answer>"] * 4,
+             "completions": [f"<answer>{q.answer}</answer>" + pad, "<answer>-99</answer>" + pad] * 4,
              "rewards": [1.0, 0.0] * 4}
         ws.send(json.dumps({"type": "publish", "v": PROTOCOL_VERSION, "groups": [g]}))
         accepted += json.loads(ws.recv(timeout=10))["accepted"]
