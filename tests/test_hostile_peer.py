@@ -123,7 +123,10 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     seen = sum(e["external_groups"] + e["rejected_groups"] for e in rounds)
     assert seen == min(len(published), ROUNDS * EXTERNAL)
     # Every refusal is counted, by reason and by sender, and none is for a hang or a dead worker.
-    assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share"}, reasons
+    # (question_mismatch: reasoning-gym's polynomial_multiplication words its questions by Python's
+    # per-process string hashing, so no receiver regenerates a sender's question; docs/SECURITY.md.)
+    assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch"}, reasons
+    assert reasons.get("question_mismatch", 0) <= 1
     assert rounds[-1]["rejected_by_sender"].get(EVIL_ID, 0) == sum(v for k, v in reasons.items() if k != "token_share")
     if seen == len(published):
         assert reasons.get("foreign_task") == 1 and reasons.get("heldout") == len(groups["heldout"])
