@@ -25,7 +25,7 @@ from engine.errors import SapoError
 from engine.evaluate import evaluate
 from engine.events import EventLog
 from engine.groups import Completion, ScoredGroup, summarize
-from engine.grpo import build_sequences
+from engine.grpo import build_groups
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
 from engine.rewards import Score, score_completion
@@ -146,7 +146,7 @@ class Node:
         # 3. share our groups (plain text) with the swarm
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
-        samples, dropped = build_sequences(groups + external)
+        samples, dropped = build_groups(groups + external)
         self.pause_point()
         train = self.trainer.step(samples)
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint

@@ -65,7 +65,9 @@ def lora_config(rank: int, alpha: float, dropout: float, targets: list[str]) -> 
 
 def attach_lora(base: torch.nn.Module, config: LoraConfig) -> PeftModel:
     try:
-        return get_peft_model(base, config)
+        with warnings.catch_warnings():  # peft reads a property transformers 5 deprecated; nothing to act on
+            warnings.simplefilter("ignore", FutureWarning)
+            return get_peft_model(base, config)
     except ValueError as exc:
         raise SapoError(f"LoRA targets {config.target_modules} do not fit this model: {exc}") from None
 
