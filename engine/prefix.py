@@ -126,18 +126,20 @@ def _cache_kwarg(decoder: torch.nn.Module) -> str:
 def hidden_for_targets(decoder: torch.nn.Module, batch: GroupBatch) -> torch.Tensor:
     """Final hidden states (N, H) that predict ``batch.targets``, prompts run once per group."""
     config = decoder.config
-    dtype = decoder.get_input_embeddings().weight.dtype
+    weight = decoder.get_input_embeddings().weight
+    dtype, dev = weight.dtype, weight.device
     G, P = batch.prompt_ids.shape
     B, C = batch.completion_ids.shape
     name = _cache_kwarg(decoder)
     record = PrefixCache()
-    hp = decoder(input_ids=batch.prompt_ids, attention_mask=_mask(prompt_mask(batch.prompt_lens, P), config, dtype),
-                 position_ids=torch.arange(P)[None].expand(G, P), use_cache=False,
+    hp = decoder(input_ids=batch.prompt_ids.to(dev),
+                 attention_mask=_mask(prompt_mask(batch.prompt_lens, P), config, dtype).to(dev),
+                 position_ids=torch.arange(P, device=dev)[None].expand(G, P), use_cache=False,
                  **{name: record}).last_hidden_state  # (G, P, H)
-    serve = PrefixCache(record, batch.rows)
+    serve = PrefixCache(record, batch.rows.to(dev))
     positions = batch.prompt_lens[batch.rows][:, None] + torch.arange(C)[None]  # (B, C): continue after the prompt
-    hc = decoder(input_ids=batch.completion_ids,
-                 attention_mask=_mask(completion_mask(batch.prompt_lens, batch.rows, P, C), config, dtype),
-                 position_ids=positions, use_cache=False, **{name: serve}).last_hidden_state  # (B, C, H)
+    hc = decoder(input_ids=batch.completion_ids.to(dev),
+                 attention_mask=_mask(completion_mask(batch.prompt_lens, batch.rows, P, C), config, dtype).to(dev),
+                 position_ids=positions.to(dev), use_cache=False, **{name: serve}).last_hidden_state  # (B, C, H)
     flat = torch.cat([hp.reshape(G * P, -1), hc.reshape(B * C, -1)])
-    return flat.index_select(0, batch.source)
+    return flat.index_select(0, batch.source.to(dev))

@@ -157,6 +157,7 @@ class Trainer:
         # Log-softmax in fp32: with a bf16 base, a one-off fp32 copy of the (frozen) head.
         self.head_weight = head if head.dtype == torch.float32 else head.detach().float()
         self.dtype = self.decoder.get_input_embeddings().weight.dtype
+        self.device = head.device
         self.plan = MemoryPlan(Dims.of(hf.config), torch.finfo(self.dtype).bits // 8, cfg.memory_budget,
                                cfg.checkpointing)
         self._frozen = [*self.model.parameters(), self.head_weight]  # never counted as activations
@@ -190,9 +191,9 @@ class Trainer:
             seqs = [u for u in batch if isinstance(u, TrainSequence)]
             hidden, targets = self._sequence_hidden(seqs)
             comps, adv = [s.completion_ids for s in seqs], [s.advantage for s in seqs]
-        lp = target_logprobs(self.head_weight, hidden, targets)
+        lp = target_logprobs(self.head_weight, hidden, targets.to(self.device))
         lens = torch.tensor([len(c) for c in comps])
-        return lp, torch.repeat_interleave(torch.tensor(adv, dtype=torch.float32), lens)
+        return lp, torch.repeat_interleave(torch.tensor(adv, dtype=torch.float32), lens).to(self.device)
 
     def _sequence_hidden(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each sequence whole (prompt + completion): hidden states predicting its completion tokens."""
@@ -203,7 +204,7 @@ class Trainer:
         for i, s in enumerate(seqs):
             ids[i, :len(s)] = torch.tensor(s)
             attn[i, :len(s)] = 1
-        hidden = self.decoder(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+        hidden = self.decoder(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).last_hidden_state
         # Position t predicts token t+1: completion tokens start at index len(prompt).
         rows, cols, targets = [], [], []
         for i, s in enumerate(batch):
@@ -211,7 +212,7 @@ class Trainer:
             rows += [i] * c
             cols += range(p - 1, p + c - 1)
             targets += s.completion_ids
-        return hidden[torch.tensor(rows), torch.tensor(cols)], torch.tensor(targets)
+        return hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)], torch.tensor(targets)
 
     def _set_checkpointing(self, on: bool) -> None:
         for layer in self.layers:
