@@ -138,9 +138,9 @@ class Node:
         return scores
 
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
-                n: int | None = None) -> list[ScoredGroup]:
+                n: int | None = None, greedy: int = 0) -> list[ScoredGroup]:
         prompts = [self.prompt_ids(q) for q in questions]
-        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params)
+        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params, greedy)
         return [ScoredGroup(q, p, cs, self.score(q, cs)) for q, p, cs in zip(questions, prompts, outs)]
 
     # --- the loop ---
