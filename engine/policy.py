@@ -25,8 +25,13 @@ from engine.errors import SapoError, first_line
 from engine.weights import file_identity
 
 
-def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """The dequantized base model (frozen), from the cache when there is one."""
+def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype = torch.float32,
+              device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The dequantized base model (frozen) in ``dtype`` on ``device``, from the cache when there is one.
+
+    The cache always holds fp32 (the GGUF's dequantized values); a bf16 base is cast from it
+    once here, so training never re-casts weights per call (as autocast would).
+    """
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -34,12 +39,13 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
     hf_logging.set_verbosity_error()
     cached = cache_dir / f"{gguf_path.stem}.{file_identity(gguf_path)}" if cache_dir else None
     if cached is not None and (cached / "model.safetensors").is_file():
-        model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, attn_implementation="sdpa")
     else:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
+                model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                             dtype=torch.float32, attn_implementation="sdpa")
         except Exception as exc:  # noqa: BLE001 - transformers raises many types for unsupported files
             raise SapoError(f"torch could not load {gguf_path.name}: {first_line(exc, 200)}") from None
         if cached is not None:
@@ -52,6 +58,8 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
             (tmp / "config.json").write_text(json.dumps(config))
             shutil.rmtree(cached, ignore_errors=True)
             os.replace(tmp, cached)
+        model = model.to(dtype)
+    model = model.to(device)
     model.config.use_cache = False
     for p in model.parameters():
         p.requires_grad_(False)
@@ -65,7 +73,9 @@ def lora_config(rank: int, alpha: float, dropout: float, targets: list[str]) -> 
 
 def attach_lora(base: torch.nn.Module, config: LoraConfig) -> PeftModel:
     try:
-        return get_peft_model(base, config)
+        with warnings.catch_warnings():  # peft reads a property transformers 5 deprecated; nothing to act on
+            warnings.simplefilter("ignore", FutureWarning)
+            return get_peft_model(base, config)
     except ValueError as exc:
         raise SapoError(f"LoRA targets {config.target_modules} do not fit this model: {exc}") from None
 
