@@ -4,6 +4,8 @@
     sapo-engine models
     sapo-engine export --data-dir DIR OUT
     sapo-engine verify [settings] GROUP.json
+    sapo-engine experiment [--quick] --out DIR [--agents N] [--rounds R] [--seeds S,..] [--configs C,..] [settings]
+    sapo-engine experiment report RUN_DIR... [--plot FILE]
 
 User errors print one line on stderr and exit 2; nothing else is printed as a traceback
 unless it is a bug.
@@ -58,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--config", type=Path, help="TOML settings file; flags override it")
     add_setting_flags(ver)
     ver.add_argument("group", type=Path, help="a JSON file holding one wire.protocol.Group")
+
+    xp = sub.add_parser("experiment", help="N agents on this machine through a local relay: does sharing pay?")
+    from engine.experiment import add_arguments
+
+    add_arguments(xp)
+    add_setting_flags(xp)  # settings common to every configuration (e.g. --local 4 --external 4)
+    xsub = xp.add_subparsers(dest="experiment_command", parser_class=_Parser)
+    rep = xsub.add_parser("report", help="the paper-style table and reward plot of experiment runs")
+    rep.add_argument("dirs", type=Path, nargs="+", help="run directories (--out of experiment)")
+    rep.add_argument("--plot", type=Path, help="where to write the plot (default RUN_DIR/reward.png)")
+    rep.add_argument("--window", type=int, default=5, help="moving-average window in rounds")
     return p
 
 
@@ -82,6 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.verify_cmd import verify_file
 
             return verify_file(args)
+        if args.command == "experiment":
+            if args.experiment_command == "report":
+                from engine.experiment_report import report
+
+                print(report(args.dirs, args.plot, args.window), end="")
+                return 0
+            from engine.experiment import run as run_experiment
+
+            return run_experiment(args)
         raise SapoError(f"unknown command {args.command!r}")
     except SapoError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -125,6 +125,27 @@ class NodeConfig:
     external_token_share: float = setting(0.7, "largest share of an update's completion tokens that may come "
                                                "from the swarm; the longest external groups are left out "
                                                "beyond it (1 = no cap)")
+    # --- using external groups (engine/external.py, engine/offpolicy.py; measured in docs/RESULTS.md) ---
+    external_selection: str = setting(
+        "uniform", "which verified swarm groups to train on: uniform (any with reward spread), top (highest "
+                   "mean reward first) or useful (success rate strictly between 0 and 1 under this node's "
+                   "scoring, nearest 0.5 first, tasks this node fails first)",
+        source="uniform: the paper; top: GenRL; useful: online difficulty filtering (arXiv 2504.03380)")
+    fill_dead_slots: bool = setting(
+        False, "keep the groups actually trained per round at I + J: own groups without reward spread are "
+               "replaced by more swarm groups (alone: by extra own draws, one more batch)",
+        source="issue 12: most own groups of the bundled model have no spread")
+    external_negatives: str = setting(
+        "onpolicy", "swarm answers with negative advantage: onpolicy (trained like own ones), drop, or topr "
+                    "(weight clipped to [0, 1] by the policy ratio, where the sender's log-probs are known)",
+        source="onpolicy: the paper, GenRL; topr: TOPR (arXiv 2503.14286)")
+    importance_cap: float = setting(
+        0.0, "truncated importance sampling: weigh each trained token by min(trainer prob / sampler prob, C) "
+             "where the sampler's log-probs are known (0 = off)",
+        source="TRL's vllm_importance_sampling_cap (2-3)")
+    share_logprobs: bool = setting(
+        False, "attach the sampler's per-token log-probs to shared groups (receivers running the same model "
+               "use them for topr and importance_cap)")
 
     def check_resolved(self) -> None:
         """After resolve_auto no auto setting is left unset; a bug otherwise."""
@@ -296,6 +317,12 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
+    need(cfg.external_selection in ("uniform", "top", "useful"),
+         f"external selection must be uniform, top or useful, got {cfg.external_selection!r}")
+    need(cfg.external_negatives in ("onpolicy", "drop", "topr"),
+         f"external negatives must be onpolicy, drop or topr, got {cfg.external_negatives!r}")
+    need(cfg.importance_cap == 0 or cfg.importance_cap >= 1,
+         f"importance cap must be 0 (off) or >= 1, got {cfg.importance_cap}")
 
 
 def resolve_auto(cfg: NodeConfig, n_params: int, threads: int = 1) -> NodeConfig:

@@ -18,6 +18,7 @@ class Completion:
     text: str
     token_ids: list[int]  # as sampled, end-of-generation token included when there was one
     finish: str  # "eog" | "length" | "answer" | "external"
+    logprobs: list[float] | None = None  # the sampler's log-prob of each token, when asked for (engine.offpolicy)
 
 
 @dataclass
@@ -55,10 +56,15 @@ class TrainGroup:
     prompt_ids: list[int]
     completions: list[list[int]]
     advantages: list[float]
+    # The sampler's per-token log-probs per completion (None: unknown), for engine.offpolicy's weights.
+    behavior: list[list[float] | None] | None = None
+    external: bool = False  # sampled by another node
 
     def __post_init__(self) -> None:
         if len(self.completions) != len(self.advantages):
             raise ValueError(f"{len(self.completions)} completions but {len(self.advantages)} advantages")
+        if self.behavior is not None and len(self.behavior) != len(self.completions):
+            raise ValueError(f"{len(self.completions)} completions but {len(self.behavior)} behavior log-prob lists")
 
     def sequences(self) -> list[TrainSequence]:
         return [TrainSequence(self.prompt_ids, c, a) for c, a in zip(self.completions, self.advantages)]

@@ -51,6 +51,7 @@ def clipped_token_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     normalizer: float | None = None,  # total tokens in the whole update, for accumulation
+    weights: torch.Tensor | None = None,  # (B, T) constant per-token weights (engine.offpolicy), 1 if None
 ) -> tuple[torch.Tensor, LossStats]:
     """PPO-clip surrogate, summed over tokens and divided by the update's token count."""
     mask = mask.to(logp_new.dtype)
@@ -59,6 +60,8 @@ def clipped_token_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
     per_token = -torch.minimum(unclipped, clipped)  # (B, T)
+    if weights is not None:
+        per_token = per_token * weights.detach().to(per_token.dtype)
     n_tokens = float(mask.sum().item())
     denom = normalizer if normalizer is not None else max(n_tokens, 1.0)
     loss = (per_token * mask).sum() / denom
@@ -78,5 +81,8 @@ def build_groups(groups: list[ScoredGroup]) -> tuple[list[TrainGroup], int]:
         if adv is None:
             dropped += 1
             continue
-        out.append(TrainGroup(g.prompt_ids, [c.token_ids for c in g.completions], adv))
+        behavior = [c.logprobs if c.logprobs is not None and len(c.logprobs) == len(c.token_ids) else None
+                    for c in g.completions]
+        out.append(TrainGroup(g.prompt_ids, [c.token_ids for c in g.completions], adv,
+                              behavior if any(b is not None for b in behavior) else None, g.source != "local"))
     return out, dropped

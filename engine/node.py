@@ -20,14 +20,19 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 - all scoring, own and external, runs in sandbox worker processes (engine/sandbox.py).
 - one policy update per round with ratio 1 (``iterations`` = 1): the clip only acts with more.
 - the budget I + J is kept when the swarm gives fewer than J groups (more own questions).
+- options measured in docs/RESULTS.md (off by default unless the data say otherwise): which
+  external groups to train on (engine/external.py), refilling slots of own groups without spread
+  (``fill_dead_slots``), and weights for off-policy tokens (engine/offpolicy.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections import Counter
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import msgspec
@@ -41,6 +46,7 @@ from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.evaluate import evaluate
 from engine.events import EventLog
+from engine.external import Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy
 from engine.groups import Completion, ScoredGroup, summarize
 from engine.grpo import build_groups
 from engine.llm import LlamaModel
@@ -60,43 +66,66 @@ MAX_SEQS_PER_BATCH = 64
 SANDBOX_WORKERS = 2  # one stuck on a hostile group's timeout leaves the other scoring
 
 
+@dataclass
+class Backbone:
+    """One base model serving several nodes in one process (``sapo-engine experiment``): a llama.cpp
+    model whose LoRA slot is swapped per node, a peft model whose LoRA weights are swapped per node,
+    and one scoring sandbox. Whoever made it swaps the right node in (engine/experiment.py) and closes it."""
+
+    llm: LlamaModel
+    policy: Any  # peft PeftModel with one LoRA; engine.experiment keeps each node's weights
+    sandbox: Sandbox
+    reset_lora: Callable[[int], None]  # a fresh LoRA from a seed, as attach_lora would make one
+
+
 class Node:
     """Owns the sampler (llama.cpp), the policy (torch + LoRA) and the node's state."""
 
     def __init__(self, cfg: NodeConfig, model_path: Path, model_name: str, node_id: str, events: EventLog,
                  threads: int, data_dir: Path, arch: str, cache_dir: Path,
-                 swarm: SwarmClient | None = None) -> None:
+                 swarm: SwarmClient | None = None, backbone: Backbone | None = None) -> None:
         cfg.check_resolved()
         self.cfg = cfg
         self.model_name = model_name
         self.node_id = node_id
         self.events = events
         self.mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
-        self.sandbox = Sandbox(SANDBOX_WORKERS)  # workers load reasoning-gym while the model loads
+        self.backbone = backbone
+        # workers load reasoning-gym while the model loads
+        self.sandbox = backbone.sandbox if backbone else Sandbox(SANDBOX_WORKERS)
         self.heldout = heldout_set(self.mix, cfg.eval_per_task)
         self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
         self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)
         budget = cfg.local_groups + cfg.external_groups
         n_seq = min(MAX_SEQS_PER_BATCH, max(budget * cfg.completions, 2))
         self.device = choose_device(cfg.device)
-        self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads,
-                              n_gpu_layers=gpu_layers(cfg.gpu_layers, self.device))
+        self.llm = backbone.llm if backbone else LlamaModel(
+            model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads,
+            n_gpu_layers=gpu_layers(cfg.gpu_layers, self.device))
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
-        self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
+        self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
+                                     logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
         self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens)
         self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
                                model=model_name)
 
-        torch.manual_seed(derive_seed("lora-init", node_id, cfg.seed) % 2**31)
+        lora_seed = derive_seed("lora-init", node_id, cfg.seed) % 2**31
+        torch.manual_seed(lora_seed)
         torch.set_num_threads(threads)
         self.train_dtype = choose_dtype(cfg.train_dtype, self.device)
-        base = load_base(model_path, cache_dir / "torch", dtype=self.train_dtype, device=self.device)
-        self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
+        if backbone is not None:
+            self.policy = backbone.policy
+            backbone.reset_lora(lora_seed)  # this node's own initial LoRA (a checkpoint, if any, replaces it)
+        else:
+            base = load_base(model_path, cache_dir / "torch", dtype=self.train_dtype, device=self.device)
+            self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout,
+                                                        cfg.lora_targets))
         self.trainer = Trainer(self.policy, TrainConfig(
             learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, micro_batch=cfg.micro_batch, iterations=cfg.iterations,
             eps_low=cfg.eps_low, eps_high=cfg.eps_high, checkpointing=cfg.checkpointing,
-            memory_budget=memory_budget(cfg.train_memory_mb, self.device)))
+            memory_budget=memory_budget(cfg.train_memory_mb, self.device),
+            external_negatives=cfg.external_negatives, importance_cap=cfg.importance_cap))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm
@@ -108,6 +137,8 @@ class Node:
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
         self.score_s = 0.0  # scoring time since the round began (own groups and verified external ones)
+        self.task_accuracy: dict[str, float] = {}
+        self.candidates_seen = 0  # verified external groups offered this round, chosen or not  # running own accuracy per task (external_selection useful)
         self._resume()
 
     @property
@@ -170,12 +201,26 @@ class Node:
             eval_s += self.evaluate()["eval_s"]  # the baseline, before any training
         self.score_s = 0.0
         # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
-        external, rejected = self._external_groups()
+        budget = self.cfg.local_groups + self.cfg.external_groups
+        external, spare, rejected = self._external_groups(rnd)
         # 2. rollouts on our own questions
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
-        n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
-        groups = self.rollout(self.stream.draw(n_local))
+        groups = self.rollout(self.stream.draw(budget - len(external)))
         gen = self.generator.last
+        gen_tokens, gen_s = gen.tokens, gen.seconds
+        filled = 0
+        if self.cfg.fill_dead_slots:  # own groups without spread train nothing: refill their slots
+            dead = dead_slots([has_spread(g.rewards) for g in groups], len(external), budget)
+            if self.swarm is None or self.cfg.external_groups == 0:  # alone: one more batch of own draws
+                extra = self.rollout(self.stream.draw(dead)) if dead else []
+                gen_tokens, gen_s = gen_tokens + self.generator.last.tokens, gen_s + self.generator.last.seconds
+                groups += extra
+                filled = sum(has_spread(g.rewards) for g in extra)
+            else:
+                filled = min(dead, len(spare))
+                external += spare[:filled]
+        self.task_accuracy = update_task_accuracy(
+            self.task_accuracy, {t: v["accuracy"] for t, v in _per_task(groups).items()})
         external, over_share = cap_external_tokens(groups, external, self.cfg.external_token_share)
         if over_share:
             rejected["token_share"] += len(over_share)
@@ -207,9 +252,10 @@ class Node:
             "round": rnd,
             **summary,
             "groups": len(groups),
-            "gen_tokens": gen.tokens,
-            "gen_s": round(gen.seconds, 3),
-            "gen_tokens_per_s": round(gen.tokens_per_s, 1),
+            "gen_tokens": gen_tokens,
+            "gen_s": round(gen_s, 3),
+            "gen_tokens_per_s": round(gen_tokens / gen_s, 1) if gen_s > 0 else 0.0,
+            "dead_slots_filled": filled,
             "loss": train.loss,
             "score_s": round(score_s, 3),
             "train_s": round(train.seconds, 3),
@@ -233,15 +279,19 @@ class Node:
         return metrics
 
     # --- the swarm ---
-    def _external_groups(self) -> tuple[list[ScoredGroup], Counter[str]]:
-        """J groups from other nodes, each verified and re-scored here; the rest counted by reason."""
+    def _external_groups(self, rnd: int) -> tuple[list[ScoredGroup], list[ScoredGroup], Counter[str]]:
+        """Up to J groups from other nodes, each verified and re-scored here, chosen by
+        ``external_selection``; then the other eligible ones, best first (for ``fill_dead_slots``);
+        the refused counted by reason."""
         rejected: Counter[str] = Counter()
         if self.swarm is None or self.cfg.external_groups == 0:
-            return [], rejected
+            return [], [], rejected
         tasks = None if self.cfg.external_any_task else sorted({e.dataset for e in self.mix})
         out = []
         screened = []
-        for shared in self.swarm.sample(self.cfg.external_groups, tasks):
+        n = candidates_to_sample(self.cfg.local_groups, self.cfg.external_groups, self.cfg.external_selection,
+                                 self.cfg.fill_dead_slots)
+        for shared in self.swarm.sample(n, tasks):
             # Authorship first: nothing of a group is looked at before its signature checks out.
             reason = self.swarm.screen(shared)
             if reason is None:
@@ -261,7 +311,12 @@ class Node:
                 continue
             out.append(dataclasses.replace(verdict.group(source=shared.node_id), digest=group_digest(shared.group)))
         self.rejected_total.update(rejected)
-        return out, rejected
+        self.candidates_seen = len(out)
+        cands = [Candidate(g.question.spec.dataset, summarize([g])["accuracy"], summarize([g])["reward_mean"],
+                           has_spread(g.rewards)) for g in out]
+        rng = random.Random(derive_seed("external", self.node_id, self.cfg.seed, rnd))
+        chosen = [out[i] for i in rank(cands, self.cfg.external_selection, self.task_accuracy, rng)]
+        return chosen[:self.cfg.external_groups], chosen[self.cfg.external_groups:], rejected
 
     def _publish(self, groups: list[ScoredGroup], rnd: int) -> int:
         """Share groups with reward spread (the relay refuses the others); returns how many were accepted."""
@@ -285,6 +340,7 @@ class Node:
         stats = self.swarm.stats()
         out: dict[str, Any] = {
             "external_groups": len(external),
+            "external_candidates": self.candidates_seen,
             "external_reward_mean": round(summarize(external)["reward_mean"], 4) if external else None,
             "rejected_groups": sum(rejected.values()),
             "rejected_reasons": dict(rejected),
@@ -306,8 +362,9 @@ class Node:
     def close(self) -> None:
         if self.swarm is not None:
             self.swarm.close()
-        self.sandbox.close()
-        self.llm.close()
+        if self.backbone is None:  # a shared backbone is closed by its owner
+            self.sandbox.close()
+            self.llm.close()
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

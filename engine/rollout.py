@@ -36,6 +36,7 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = off
     stop_at_answer: bool = True
     min_tokens: int = 0  # end-of-generation is masked before this many tokens (benchmarks: fixed lengths)
+    logprobs: bool = False  # record each sampled token's log-prob (the sampler's, before top-k/top-p)
 
 
 @dataclass
@@ -72,10 +73,20 @@ def sample_tokens(logits: np.ndarray, rng: np.random.Generator, temperature: flo
         return (z - np.log(noise)).argmax(axis=1)
 
 
+def token_logprobs(logits: np.ndarray, tokens: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """log softmax(logits / T)[token] per row: the sampler's probability of what it sampled
+    (engine.offpolicy weighs training tokens by the trainer's probability over this)."""
+    z = logits.astype(np.float32) / np.float32(temperature or 1.0)
+    m = z.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(z - m).sum(axis=1))
+    return z[np.arange(len(tokens)), tokens] - lse
+
+
 @dataclass
 class _Seq:
     prompt_len: int
     tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)
     finish: str | None = None
 
@@ -138,8 +149,11 @@ class RolloutGenerator:
             rows = np.broadcast_to(logits, (n, logits.shape[0]))
             firsts = sample_tokens(rows, self.rng, params.temperature, params.top_k, params.top_p)
             firsts[:greedy] = int(logits.argmax())
-            for tok in firsts:
+            lps = token_logprobs(rows, firsts, params.temperature) if params.logprobs else None
+            for j, tok in enumerate(firsts):
                 seq = _Seq(prompt_len=len(prompt))
+                if lps is not None:
+                    seq.logprobs.append(float(lps[j]))
                 self._push(seq, int(tok), params)
                 seqs.append(seq)
         while True:
@@ -160,11 +174,15 @@ class RolloutGenerator:
             if greedy:
                 rows_g = [j for j, i in enumerate(live) if i % n < greedy]
                 nxt[rows_g] = logits[rows_g].argmax(axis=1)
+            if params.logprobs:
+                for i, lp in zip(live, token_logprobs(logits, nxt, params.temperature)):
+                    seqs[i].logprobs.append(float(lp))
             for i, tok in zip(live, nxt):
                 self._push(seqs[i], int(tok), params)
         llm.clear()
         return [
-            [Completion(llm.detokenize(s.tokens), s.tokens, s.finish or "length") for s in seqs[q * n:(q + 1) * n]]
+            [Completion(llm.detokenize(s.tokens), s.tokens, s.finish or "length", s.logprobs if params.logprobs else None)
+             for s in seqs[q * n:(q + 1) * n]]
             for q in range(len(prompts))
         ]
 

@@ -31,6 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from engine.groups import TrainGroup, TrainSequence
 from engine.grpo import clipped_token_loss
+from engine.offpolicy import token_weights
 from engine.prefix import hidden_for_targets, make_batch
 from engine.trainmem import BatchShape, Dims, MemoryPlan, SavedBytes
 
@@ -56,6 +57,13 @@ class TrainConfig:
     checkpointing: str = "auto"  # auto (by memory budget) | always | never
     memory_budget: int = DEFAULT_MEMORY_BUDGET
     shared_prefix: bool = True  # False: every completion re-runs its prompt (the reference path)
+    external_negatives: str = "onpolicy"  # engine.offpolicy: onpolicy | drop | topr
+    importance_cap: float = 0.0  # truncated importance sampling cap C (0 = off)
+
+    @property
+    def weighted(self) -> bool:
+        """Whether tokens get engine.offpolicy weights (else every weight is 1: skip the work)."""
+        return self.external_negatives != "onpolicy" or self.importance_cap > 0
 
 
 @dataclass(frozen=True)
@@ -138,9 +146,11 @@ def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
     """Groups without empty completions (they carry no tokens), without empty groups, shortest first."""
     out = []
     for g in groups:
-        kept = [(c, a) for c, a in zip(g.completions, g.advantages) if c]
+        behavior = g.behavior or [None] * len(g.completions)
+        kept = [(c, a, b) for c, a, b in zip(g.completions, g.advantages, behavior) if c]
         if kept and g.prompt_ids:
-            out.append(TrainGroup(g.prompt_ids, [c for c, _ in kept], [a for _, a in kept]))
+            out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
+                                  [b for _, _, b in kept] if g.behavior is not None else None, g.external))
     return sorted(out, key=lambda g: (len(g.prompt_ids), max(len(c) for c in g.completions)))
 
 
@@ -214,6 +224,22 @@ class Trainer:
             targets += s.completion_ids
         return hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)], torch.tensor(targets)
 
+    def _weights(self, batch: list[Unit], lp: torch.Tensor, adv: torch.Tensor) -> torch.Tensor | None:
+        """engine.offpolicy's per-token weights for a micro-batch, packed like ``_forward``'s tokens."""
+        if not self.cfg.weighted:
+            return None
+        groups = [u for u in batch if isinstance(u, TrainGroup)]
+        if groups:  # shared prefix: completions in group order
+            comps = [(c, (g.behavior or [None] * len(g.completions))[j], g.external)
+                     for g in groups for j, c in enumerate(g.completions)]
+        else:  # the reference path has lost group membership: no behavior log-probs there
+            comps = [(s.completion_ids, None, False) for s in batch if isinstance(s, TrainSequence)]
+        nan = float("nan")
+        behavior = torch.tensor([x for c, b, _ in comps for x in (b if b is not None else [nan] * len(c))])
+        external = torch.tensor([e for c, _, e in comps for _ in c], dtype=torch.bool)
+        return token_weights(lp, behavior.to(lp.device), adv, external.to(lp.device),
+                             self.cfg.external_negatives, self.cfg.importance_cap)
+
     def _set_checkpointing(self, on: bool) -> None:
         for layer in self.layers:
             layer.sapo_checkpoint = on
@@ -269,8 +295,10 @@ class Trainer:
                     act_bytes = max(act_bytes, meter.bytes)
                 lp_old = old[i] if old is not None else lp.detach()
                 # Tokens are packed, so each is passed as a length-1 "sequence" with its own advantage.
+                w = self._weights(batch, lp, adv)
                 loss, st = clipped_token_loss(lp[:, None], lp_old[:, None], adv, torch.ones_like(lp)[:, None],
-                                              self.cfg.eps_low, self.cfg.eps_high, normalizer=total_tokens)
+                                              self.cfg.eps_low, self.cfg.eps_high, normalizer=total_tokens,
+                                              weights=w[:, None] if w is not None else None)
                 loss.backward()
                 loss_sum += st.loss
                 low += st.clip_low_frac * st.tokens

@@ -1,0 +1,63 @@
+"""Loss weights for off-policy tokens, as pure functions on hand-computed cases, and their effect on the loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.grpo import clipped_token_loss
+from engine.offpolicy import token_weights
+
+NAN = float("nan")
+LN2 = math.log(2.0)
+# Four tokens: own positive, own negative, external positive, external negative.
+ADV = torch.tensor([1.0, -1.0, 1.0, -1.0])
+EXT = torch.tensor([False, False, True, True])
+
+
+def w(logp, behavior, negatives="onpolicy", cap=0.0):
+    return token_weights(torch.tensor(logp), torch.tensor(behavior), ADV, EXT, negatives, cap).tolist()
+
+
+def test_onpolicy_without_cap_is_all_ones():
+    assert w([-1.0] * 4, [-2.0] * 4) == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_truncated_importance_sampling():
+    # ratios: e^0 = 1, e^ln2 = 2, e^(3 ln2) = 8 capped at 3, e^-ln2 = 0.5; behavior unknown -> 1
+    logp = [0.0, 0.0, 0.0, 0.0]
+    beh = [0.0, -LN2, -3 * LN2, LN2]
+    assert w(logp, beh, cap=3.0) == pytest.approx([1.0, 2.0, 3.0, 0.5])
+    assert w(logp, [NAN, -LN2, NAN, NAN], cap=3.0) == pytest.approx([1.0, 2.0, 1.0, 1.0])
+
+
+def test_drop_zeroes_external_negatives_only():
+    assert w([-1.0] * 4, [NAN] * 4, "drop") == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_topr_clips_external_negative_ratio_to_0_1_and_keeps_positives_plain():
+    # external negative: ratio e^-ln2 = 0.5 kept; a ratio of 4 is clipped to 1; external positive: 1 (plain SFT)
+    assert w([0.0, 0.0, 0.0, 0.0], [NAN, NAN, -2 * LN2, LN2], "topr") == pytest.approx([1.0, 1.0, 1.0, 0.5])
+    assert w([0.0, 0.0, 0.0, 0.0], [NAN, NAN, NAN, -2 * LN2], "topr") == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    # with a cap, own tokens still get truncated IS; the external positive stays 1 under topr
+    assert w([0.0] * 4, [-LN2, -LN2, -LN2, -LN2], "topr", cap=3.0) == pytest.approx([2.0, 2.0, 1.0, 1.0])
+    # sender unknown: an external negative counts as on-policy
+    assert w([0.0] * 4, [NAN] * 4, "topr") == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_unknown_rule_is_an_error():
+    with pytest.raises(ValueError, match="unknown external negatives"):
+        token_weights(torch.zeros(1), torch.zeros(1), torch.ones(1), torch.zeros(1, dtype=torch.bool), "keep")
+
+
+def test_weights_scale_each_tokens_gradient_and_carry_none():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    weights = torch.tensor([[1.0, 0.0]], requires_grad=True)
+    loss, _ = clipped_token_loss(logp, logp.detach(), torch.tensor([2.0]), torch.ones(1, 2), normalizer=2.0,
+                                 weights=weights)
+    loss.backward()
+    # ratio 1: d(-A * w * ratio)/d logp = -A * w / normalizer
+    assert logp.grad[0].tolist() == pytest.approx([-1.0, 0.0])
+    assert weights.grad is None
