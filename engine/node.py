@@ -132,7 +132,7 @@ class Node:
         self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
                                  detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
                                  completions=cfg.completions, max_tokens=cfg.max_tokens,
-                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task)
+                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task, model=model_name)
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
@@ -324,7 +324,7 @@ class Node:
             return 0
         wire = [Group(spec=g.question.spec, question=g.question.question, answer=g.question.answer,
                       completions=[c.text for c in g.completions], rewards=g.rewards, model=self.model_name,
-                      round=rnd)
+                      round=rnd, logprobs=_wire_logprobs(g) if self.cfg.share_logprobs else msgspec.UNSET)
                 for g in groups if has_spread(g.rewards)]
         ack = self.swarm.publish(wire)
         return ack.accepted if ack is not None else 0
@@ -365,6 +365,13 @@ class Node:
         if self.backbone is None:  # a shared backbone is closed by its owner
             self.sandbox.close()
             self.llm.close()
+
+
+def _wire_logprobs(g: ScoredGroup) -> Any:
+    """The sampler's log-probs of a group's completions, 3 decimals (a few KB a group), if all are known."""
+    if any(c.logprobs is None for c in g.completions):
+        return msgspec.UNSET
+    return [[max(-1000.0, min(0.0, round(x, 3))) for x in c.logprobs or []] for c in g.completions]
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

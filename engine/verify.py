@@ -20,6 +20,8 @@ text). The node trains on its own re-scored rewards either way; claims only catc
 from __future__ import annotations
 
 import hashlib
+
+import msgspec
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -76,7 +78,8 @@ class Verifier:
     def __init__(self, mix: tuple[TaskEntry, ...], heldout: list[Question], sandbox: Sandbox, *,
                  tokenize: Callable[[str], list[int]], detokenize: Callable[[list[int]], str],
                  prompt_ids: Callable[[Question], list[int]], completions: int, max_tokens: int,
-                 format_bonus: float, any_task: bool = False, max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> None:
+                 format_bonus: float, any_task: bool = False, max_prompt_tokens: int = MAX_PROMPT_TOKENS,
+                 model: str | None = None) -> None:
         self.mix = mix
         self.heldout_keys = {question_key(q) for q in heldout}
         self.sandbox = sandbox
@@ -84,6 +87,7 @@ class Verifier:
         self.completions, self.max_tokens = completions, max_tokens
         self.format_bonus, self.any_task, self.max_prompt_tokens = format_bonus, any_task, max_prompt_tokens
         self._trained: OrderedDict[bytes, None] = OrderedDict()
+        self.model = model  # the sender's log-probs are only meaningful for the same model (and tokenizer)
 
     # --- before the sandbox: pure, cheap ---
     def _precheck(self, group: Group) -> _Pending | str:
@@ -106,12 +110,24 @@ class Verifier:
         for i in keep:
             text = group.completions[i]
             ids = self.tokenize(text)
+            n_text = len(ids)
             whole.append(len(ids) <= self.max_tokens)
             if len(ids) > self.max_tokens:
                 ids = ids[:self.max_tokens]
                 text = self.detokenize(ids)
-            completions.append(Completion(text, ids, "external"))
+            completions.append(Completion(text, ids, "external", self._sender_logprobs(group, i, n_text, len(ids))))
         return _Pending(group, question, prompt, completions, [group.rewards[i] for i in keep], whole)
+
+    def _sender_logprobs(self, group: Group, i: int, n_text: int, n_kept: int) -> list[float] | None:
+        """The sender's log-probs of completion i's first ``n_kept`` tokens, if they line up with our
+        ``n_text`` ids of its text (one more: its end-of-generation token, which the text lacks); else None.
+
+        Only a weight for engine.offpolicy, truncated there: a sender lying here can at most shrink its
+        own group's weight or raise it to the receiver's cap."""
+        if group.logprobs is msgspec.UNSET or self.model is None or group.model != self.model:
+            return None
+        lp = group.logprobs[i]
+        return list(lp[:n_kept]) if len(lp) in (n_text, n_text + 1) else None
 
     def check_many(self, groups: list[Group]) -> list[Verdict]:
         """One verdict per group; all sandbox jobs of the batch run in parallel."""

@@ -61,3 +61,48 @@ def test_weights_scale_each_tokens_gradient_and_carry_none():
     # ratio 1: d(-A * w * ratio)/d logp = -A * w / normalizer
     assert logp.grad[0].tolist() == pytest.approx([-1.0, 0.0])
     assert weights.grad is None
+
+
+# --- the sender's log-probs on the wire (optional Group.logprobs) ---
+
+SPEC = {"dataset": "chain_sum", "config": {}, "seed": 1, "index": 0}
+
+
+def _group(**extra):
+    import msgspec
+
+    from wire.protocol import Group
+
+    raw = {"spec": SPEC, "question": "q", "answer": "a", "completions": ["x", "y"], "rewards": [0.0, 1.0],
+           "model": "m", **extra}
+    return msgspec.json.decode(msgspec.json.encode(raw), type=Group)
+
+
+def test_groups_without_logprobs_encode_as_before():
+    from wire.protocol import group_bytes
+
+    assert b"logprobs" not in group_bytes(_group())
+    assert b'"logprobs":[[-0.5],[-1.0,-2.0]]' in group_bytes(_group(logprobs=[[-0.5], [-1.0, -2.0]]))
+
+
+@pytest.mark.parametrize("bad", [[[0.5], [-1.0]], [[-0.5]], [[-2000.0], [-1.0]]])
+def test_hostile_logprobs_are_refused_at_decode(bad):
+    import msgspec
+
+    with pytest.raises(msgspec.ValidationError):
+        _group(logprobs=bad)
+
+
+def test_receiver_uses_sender_logprobs_only_when_they_line_up():
+    from engine.verify import Verifier
+
+    v = Verifier((), [], None, tokenize=lambda t: list(range(len(t))), detokenize=lambda ids: "",
+                 prompt_ids=lambda q: [], completions=4, max_tokens=8, format_bonus=0.1, model="m")
+    g = _group(logprobs=[[-0.1, -0.2, -0.3], [-0.5, -0.6]])
+    assert v._sender_logprobs(g, 0, 3, 3) == [-0.1, -0.2, -0.3]  # same length as our ids
+    assert v._sender_logprobs(g, 0, 2, 2) == [-0.1, -0.2]  # one more: its end-of-generation token
+    assert v._sender_logprobs(g, 0, 3, 2) == [-0.1, -0.2]  # cut to our max_tokens
+    assert v._sender_logprobs(g, 1, 5, 5) is None  # tokenized otherwise: unusable
+    assert v._sender_logprobs(_group(), 0, 1, 1) is None  # none sent
+    other = _group(logprobs=[[-0.1], [-0.5]], model="another-model")
+    assert v._sender_logprobs(other, 0, 1, 1) is None  # another model's probabilities mean nothing here

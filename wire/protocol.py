@@ -134,10 +134,20 @@ class Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     rewards: list[Annotated[float, msgspec.Meta(ge=-10.0, le=10.0)]]
     model: Name
     round: Annotated[int, msgspec.Meta(ge=0, lt=2**31)] = 0
+    # Optional: the sender's sampling log-prob of each token of each completion (its own tokenizer),
+    # for receivers running the same model (engine/offpolicy.py). UNSET is left out of the encoding,
+    # so groups without it encode and sign exactly as before.
+    logprobs: Annotated[
+        list[Annotated[list[Annotated[float, msgspec.Meta(ge=-1000.0, le=0.0)]],
+                       msgspec.Meta(max_length=MAX_COMPLETION_CHARS + 1)]],
+        msgspec.Meta(max_length=MAX_COMPLETIONS),
+    ] | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         if len(self.rewards) != len(self.completions):
             raise ValueError("rewards and completions differ in length")
+        if self.logprobs is not msgspec.UNSET and len(self.logprobs) != len(self.completions):
+            raise ValueError("logprobs and completions differ in length")
 
     def has_spread(self) -> bool:
         return has_spread(self.rewards)

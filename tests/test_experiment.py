@@ -1,0 +1,96 @@
+"""The experiment runner: configuration names, records kept on resume, and a real run through a real relay
+(2 agents, 2 rounds, the bundled model) killed mid-way and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.errors import SapoError
+from engine.experiment import config_overrides, keep_records, read_records
+
+TINY = ["--configs", "swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
+        "--completions", "4", "--max-tokens", "24", "--tasks", "basic_arithmetic,chain_sum", "--fewshot", "1",
+        "--eval-per-task", "1", "--threads", "2"]
+
+
+def test_config_names():
+    assert config_overrides("alone", 4, 4) == {"local_groups": 8, "external_groups": 0}
+    assert config_overrides("swarm", 4, 4) == {"local_groups": 4, "external_groups": 4}
+    assert config_overrides("swarm+useful+fill+drop", 2, 6) == {
+        "local_groups": 2, "external_groups": 6, "external_selection": "useful", "fill_dead_slots": True,
+        "external_negatives": "drop"}
+    assert config_overrides("alone+fill+is2", 4, 4)["importance_cap"] == 2.0
+    with pytest.raises(SapoError, match="unknown modifier"):
+        config_overrides("swarm+best", 4, 4)
+    with pytest.raises(SapoError, match="must start with"):
+        config_overrides("together", 4, 4)
+
+
+def test_records_torn_line_and_resume_cut(tmp_path: Path):
+    path = tmp_path / "records.jsonl"
+    rows = [{"type": "round", "agent": a, "round": r} for r in (1, 2, 3) for a in (0, 1)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in rows) + json.dumps(rows[0]) + "\n" + '{"type": "rou')
+    read = read_records(path)
+    assert len(read) == 7  # the torn line is left out
+    # agent 0 checkpointed round 3, agent 1 round 2: agent 1's round 3 reruns; the duplicate goes
+    kept = keep_records(read, {0: 3, 1: 2})
+    assert [(r["agent"], r["round"]) for r in kept] == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)]
+
+
+def _env(cache: Path) -> dict[str, str]:
+    return {**os.environ, "SAPO_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+
+
+def test_two_agents_share_through_a_real_relay_and_resume_after_a_kill(tmp_path: Path, model_cache: Path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "engine", "experiment", "--out", str(out), *TINY]
+    records = out / "swarm" / "seed-0" / "records.jsonl"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(model_cache))
+    try:
+        deadline = time.monotonic() + 1500
+        while len(read_records(records)) < 2:  # round 1 of both agents
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            assert time.monotonic() < deadline, "round 1 took too long"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = read_records(records)
+    assert not (out / "swarm" / "seed-0" / "done.json").exists()
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=_env(model_cache))
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = read_records(records)
+    assert [(r["agent"], r["round"]) for r in after] == [(0, 1), (1, 1), (0, 2), (1, 2)]
+    assert after[:2] == before[:2]  # what ran before the kill is kept, not rerun
+    assert "ETA" in done.stderr
+    for r in after:
+        for key in ("reward_mean", "accuracy", "groups_trained", "external_groups", "round_s", "gen_s", "train_s"):
+            assert key in r, key
+    by = {(r["agent"], r["round"]): r for r in after}
+    # agent 1 trains on agent 0's groups of the same round, through the relay, before and after the kill
+    assert by[(1, 1)]["external_groups"] >= 1 and by[(1, 2)]["external_groups"] >= 1
+    assert by[(0, 1)]["external_groups"] == 0  # nobody had published yet
+    final = json.loads((out / "swarm" / "seed-0" / "done.json").read_text())
+    assert set(final["eval"]) == {"0", "1"} and 0 <= final["eval"]["0"]["eval_sampled_accuracy"] <= 1
+    # each agent has its own identity and its own checkpoints, at round 2
+    keys = {(out / "swarm" / "seed-0" / f"agent-{k}" / "node.key").read_bytes() for k in (0, 1)}
+    assert len(keys) == 2
+    for k in (0, 1):
+        latest = (out / "swarm" / "seed-0" / f"agent-{k}" / "checkpoints" / "LATEST").read_text().strip()
+        assert latest == "round-000002"
+    # the report reads it
+    rep = subprocess.run([sys.executable, "-m", "engine", "experiment", "report", str(out)], capture_output=True,
+                         text=True, timeout=300, env=_env(model_cache))
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    assert "| swarm | 1 x 2 x 2 |" in rep.stdout

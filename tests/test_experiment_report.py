@@ -1,0 +1,80 @@
+"""The experiment report from hand-made records: totals, ratios, spread over seeds, held-out, compute."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.errors import SapoError
+from engine.experiment_report import curves, format_table, load_runs, report, table
+
+
+def _cell(root: Path, config: str, seed: int, rewards: dict[int, list[float]], *, done: bool = True,
+          trained: int = 2, external: int = 0, round_s: float = 360.0, evals: tuple[float, float] = (0.5, 0.4)) -> None:
+    """rewards: agent -> reward per round (rounds 1..n)."""
+    cell = root / config.replace("+", "_") / f"seed-{seed}"
+    cell.mkdir(parents=True)
+    lines = []
+    for agent, rs in rewards.items():
+        for i, r in enumerate(rs, start=1):
+            lines.append({"type": "round", "config": config, "seed": seed, "agent": agent, "round": i,
+                          "reward_mean": r, "groups_trained": trained, "external_groups": external, "round_s": round_s})
+    (cell / "records.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn": ')
+    if done:
+        (cell / "done.json").write_text(json.dumps({"config": config, "seed": seed, "rounds": 2, "eval": {
+            str(a): {"eval_accuracy": evals[0], "eval_sampled_accuracy": evals[1]} for a in rewards}}))
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    # alone: seed 0 total 0.1+0.3+0.2+0.2 = 0.8; seed 1 total 1.2
+    _cell(tmp_path, "alone", 0, {0: [0.1, 0.3], 1: [0.2, 0.2]})
+    _cell(tmp_path, "alone", 1, {0: [0.3, 0.3], 1: [0.3, 0.3]}, evals=(0.3, 0.2))
+    # swarm: seed 0 total 1.6 (2.0x), seed 1 total 1.8 (1.5x); mean 1.7 over alone's 1.0 = 1.7x
+    _cell(tmp_path, "swarm", 0, {0: [0.4, 0.4], 1: [0.4, 0.4]}, trained=4, external=2, round_s=720.0)
+    _cell(tmp_path, "swarm", 1, {0: [0.5, 0.4], 1: [0.5, 0.4]}, trained=4, external=2, round_s=720.0, done=False)
+    return tmp_path
+
+
+def test_table_from_hand_made_records(run: Path):
+    records, evals = load_runs([run])
+    assert len(records) == 16  # the torn last lines are left out
+    alone, swarm = table(records, evals)
+    assert alone.config == "alone" and (alone.seeds, alone.agents, alone.rounds) == (2, 2, 2)
+    assert alone.total == pytest.approx(1.0) and (alone.total_min, alone.total_max) == pytest.approx((0.8, 1.2))
+    assert alone.ratio == pytest.approx(1.0)
+    assert swarm.total == pytest.approx(1.7)
+    assert swarm.ratio == pytest.approx(1.7)
+    assert (swarm.ratio_min, swarm.ratio_max) == pytest.approx((1.5, 2.0))
+    assert swarm.trained_per_round == 4 and swarm.external_per_round == 2
+    assert alone.reward_per_round == pytest.approx(2.0 / 8)
+    # 8 agent-rounds of 360 s = 0.8 h for a reward of 2.0
+    assert alone.reward_per_hour == pytest.approx(2.0 / 0.8)
+    assert swarm.reward_per_hour == pytest.approx(3.4 / 1.6)
+    assert alone.eval_greedy == pytest.approx(0.4) and alone.eval_sampled == pytest.approx(0.3)
+    assert swarm.eval_greedy == pytest.approx(0.5)  # seed 1 has not finished: only seed 0's agents
+    assert alone.complete and not swarm.complete
+    text = format_table([alone, swarm])
+    assert "| swarm (incomplete) | 2 x 2 x 2 | 1.70 (1.60-1.80) | 1.70x (1.50-2.00) |" in text
+
+
+def test_curves_moving_average_and_band(run: Path):
+    records, _ = load_runs([run / "alone"])
+    rounds, mean, lo, hi = curves(records, window=2)["alone"]
+    assert rounds == [1, 2]
+    # round 1: 0.1, 0.2, 0.3, 0.3; round 2 (window 2): 0.2, 0.2, 0.3, 0.3
+    assert mean == pytest.approx([0.225, 0.25]) and lo == pytest.approx([0.1, 0.2]) and hi == pytest.approx([0.3, 0.3])
+
+
+def test_report_writes_plot(run: Path, tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "fig.png"
+    text = report([run], out)
+    assert "| alone |" in text and out.stat().st_size > 1000
+
+
+def test_no_records_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(SapoError, match="no experiment records"):
+        load_runs([tmp_path])
