@@ -43,7 +43,7 @@ from typing import Any
 from engine.config import NodeConfig, build_config, flag_settings, resolve_auto
 from engine.errors import SapoError
 
-QUICK = {"agents": 2, "rounds": 6, "configs": "alone,swarm", "seeds": "0",
+QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm", "seeds": "0",
          "settings": {"local_groups": 2, "external_groups": 2, "completions": 4, "max_tokens": 48,
                       "eval_per_task": 4}}
 DEFAULT_CONFIGS = "alone,alone+fill,swarm,swarm+useful+fill"
@@ -312,7 +312,10 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig)
     old = cell / "meta.json"
     if old.exists():
         prev = json.loads(old.read_text())
-        if prev.get("agents") != plan.agents or prev.get("settings") != meta["settings"]:
+        speed_only = ("threads", "device", "gpu_layers", "train_memory_mb", "checkpointing")
+        same = {k: v for k, v in prev.get("settings", {}).items() if k not in speed_only} == \
+            {k: v for k, v in meta["settings"].items() if k not in speed_only}
+        if prev.get("agents") != plan.agents or not same:
             raise SapoError(f"{cell} holds a run with other settings or agent count; use another --out")
     tmp = cell / "meta.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
@@ -376,7 +379,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configs", help=f"comma-separated configurations (default {DEFAULT_CONFIGS}); "
                                      "alone|swarm, plus +top, +useful, +fill, +drop, +topr, +isC")
     p.add_argument("--quick", action="store_true",
-                   help="a few minutes: 2 agents, 6 rounds, alone vs swarm (I = J = 2), short answers")
+                   help="a few minutes: 2 agents, 5 rounds, alone vs swarm (I = J = 2), short answers")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from engine.experiment import config_overrides, keep_records, read_records
 
 TINY = ["--configs", "swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
         "--completions", "4", "--max-tokens", "24", "--tasks", "basic_arithmetic,chain_sum", "--fewshot", "1",
-        "--eval-per-task", "1", "--threads", "2"]
+        "--eval-per-task", "1", "--threads", "1"]
 
 
 def test_config_names():
@@ -49,6 +49,7 @@ def _env(cache: Path) -> dict[str, str]:
     return {**os.environ, "SAPO_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
 
 
+@pytest.mark.timeout(2400)  # two engine starts and five agent-rounds of the real model on a shared machine
 def test_two_agents_share_through_a_real_relay_and_resume_after_a_kill(tmp_path: Path, model_cache: Path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "engine", "experiment", "--out", str(out), *TINY]
