@@ -106,3 +106,36 @@ def test_receiver_uses_sender_logprobs_only_when_they_line_up():
     assert v._sender_logprobs(_group(), 0, 1, 1) is None  # none sent
     other = _group(logprobs=[[-0.1], [-0.5]], model="another-model")
     assert v._sender_logprobs(other, 0, 1, 1) is None  # another model's probabilities mean nothing here
+
+
+def test_trainer_packs_weights_in_token_order():
+    """The trainer's packing: completions in group order, behavior per token, the external flag per group."""
+    from types import SimpleNamespace
+
+    from engine.groups import TrainGroup
+    from engine.trainer import TrainConfig, Trainer
+
+    own = TrainGroup([1], [[5, 6], [7]], [1.0, -1.0], behavior=[[-LN2, 0.0], None])
+    ext = TrainGroup([2], [[8], [9, 9]], [1.0, -1.0], behavior=None, external=True)
+    adv = torch.tensor([1.0, 1.0, -1.0, 1.0, -1.0, -1.0])
+    lp = torch.zeros(6)
+    stub = SimpleNamespace(cfg=TrainConfig(external_negatives="drop", importance_cap=3.0))
+    w = Trainer._weights(stub, [own, ext], lp, adv)
+    assert w.tolist() == pytest.approx([2.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    assert Trainer._weights(SimpleNamespace(cfg=TrainConfig()), [own, ext], lp, adv) is None  # all ones: skipped
+
+
+def test_build_groups_carries_behavior_logprobs_and_the_external_flag():
+    from engine.groups import Completion, ScoredGroup
+    from engine.grpo import build_groups
+    from engine.rewards import Score
+
+    def group(lps, source="local"):
+        comps = [Completion("t", [1, 2], "eog", lp) for lp in lps]
+        scores = [Score(r, r, r == 1, True) for r in (0.0, 1.0)]
+        return ScoredGroup(question=None, prompt_ids=[9], completions=comps, scores=scores, source=source)  # type: ignore[arg-type]
+
+    own, ext, none = build_groups([group([[-0.1, -0.2], [-0.3]]), group([None, None], "peer"), group([None, None])])[0]
+    assert own.behavior == [[-0.1, -0.2], None] and not own.external  # a list of the wrong length is unknown
+    assert ext.behavior is None and ext.external
+    assert none.behavior is None
