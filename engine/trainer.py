@@ -70,7 +70,8 @@ class TrainStats:
     prompt_tokens: int = 0  # prompt tokens run through the model (once per group with a shared prefix)
     micro_batches: int = 0
     checkpointed: int = 0  # micro-batches that recomputed activations in backward
-    activation_bytes: int = 0  # the largest measured (or, when checkpointed, estimated) micro-batch
+    activation_bytes: int = 0  # the largest micro-batch's, as measured (checkpointed: what it kept)
+    logprob_mean: float = 0.0  # mean completion-token log-prob in the (last) update's forward
 
 
 def _chunk_logprobs(weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -252,7 +253,7 @@ class Trainer:
         checkpointed = act_bytes = 0
         for _ in range(self.cfg.iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            loss_sum = low = high = 0.0
+            loss_sum = low = high = lp_sum = 0.0
             checkpointed = 0
             for i, batch in enumerate(batches):
                 shape = self._shape(batch)
@@ -273,6 +274,7 @@ class Trainer:
                                               self.cfg.eps_low, self.cfg.eps_high, normalizer=total_tokens)
                 loss.backward()
                 loss_sum += st.loss
+                lp_sum += float(lp.detach().sum())
                 low += st.clip_low_frac * st.tokens
                 high += st.clip_high_frac * st.tokens
                 if on_micro_batch is not None:
@@ -282,4 +284,5 @@ class Trainer:
             self.optimizer.step()
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
                           grad_norm, time.perf_counter() - t0, prompt_tokens=prompt_tokens,
-                          micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes)
+                          micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes,
+                          logprob_mean=lp_sum / total_tokens)
