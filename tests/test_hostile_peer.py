@@ -9,42 +9,56 @@ sender, train only within its own bounds, and keep every checkpoint.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from websockets.sync.client import connect
 
 from engine.tasks import QuestionStream, build_mix, heldout_set
-from wire.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION
+from wire.identity import Identity
+from wire.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, Group, sign_challenge, sign_group
 
 from relay_process import RelayProcess
 
 EVAL_DATASETS = ["binary_matrix", "spiral_matrix", "string_insertion", "n_queens", "countdown", "puzzle24",
                  "polynomial_multiplication", "simple_integration", "intermediate_integration"]
-EVIL_ID = "e" * 32
+EVIL = Identity.from_seed(b"\xee" * 32)
+EVIL_ID = EVIL.node_id
 VICTIM_ID = "7" * 32
 ROUNDS, LOCAL, EXTERNAL, L, MAX_TOKENS = 5, 1, 4, 2, 16
 
 
 # --- the hand-written client: every frame as raw JSON, through these two functions ---------------
 
-def hostile_connect(url: str, swarm: str, node_id: str):
-    """Connect and say hello as raw JSON (the one place to adapt when the handshake changes)."""
+def hostile_connect(url: str, swarm: str, me: Identity):
+    """Connect, say hello and sign the challenge as raw JSON (the one place to adapt when the handshake changes)."""
     ws = connect(url, max_size=MAX_FRAME_BYTES)
-    ws.send(json.dumps({"type": "hello", "v": PROTOCOL_VERSION, "swarm": swarm, "node_id": node_id,
-                        "name": "totally-honest-otter", "model": "evil", "client_version": "evil/1"}))
+    ws.send(json.dumps({"type": "hello", "v": PROTOCOL_VERSION, "swarm": swarm, "public_key": _b64(me.public_key),
+                        "model": "evil", "client_version": "evil/1"}))
+    challenge = json.loads(ws.recv(timeout=10))
+    assert challenge["type"] == "challenge", challenge
+    signature = sign_challenge(me, swarm, base64.b64decode(challenge["nonce"]))
+    ws.send(json.dumps({"type": "auth", "v": PROTOCOL_VERSION, "signature": _b64(signature)}))
     welcome = json.loads(ws.recv(timeout=10))
     assert welcome["type"] == "welcome", welcome
     return ws
 
 
-def hostile_publish(ws, groups: list[dict]) -> dict:
-    ws.send(json.dumps({"type": "publish", "v": PROTOCOL_VERSION, "groups": groups}))
+def hostile_publish(ws, groups: list[dict], me: Identity, swarm: str) -> dict:
+    # The peer signs its own groups (it has a key of its own, as anyone can): signatures say who, not what.
+    signatures = [_b64(sign_group(me, swarm, msgspec.convert(g, Group))) for g in groups]
+    ws.send(json.dumps({"type": "publish", "v": PROTOCOL_VERSION, "groups": groups, "signatures": signatures}))
     return json.loads(ws.recv(timeout=10))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def _group(q, completions: list[str], rewards: list[float]) -> dict:
@@ -95,9 +109,9 @@ def relay(tmp_path):
 def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_path, relay, model_cache):
     marker = tmp_path / "marker"
     groups = hostile_groups(marker)
-    ws = hostile_connect(relay.url, "hostile", EVIL_ID)
+    ws = hostile_connect(relay.url, "hostile", EVIL)
     published = [g for kind in groups.values() for g in kind]
-    ack = hostile_publish(ws, published)
+    ack = hostile_publish(ws, published, EVIL, "hostile")
     assert ack["type"] == "ack" and ack["accepted"] == len(published), ack
 
     data = tmp_path / "victim"
