@@ -142,8 +142,8 @@ def _lora_layers(model: PeftModel) -> list[tuple[str, torch.Tensor, float, torch
     out = []
     for module_name, module in _lora_modules(model, name):
         # A no-op for fp32 weights: no copy before writing.
-        a = module.lora_A[name].weight.detach().float().contiguous()
-        b = module.lora_B[name].weight.detach().float().contiguous()
+        a = module.lora_A[name].weight.detach().float().cpu().contiguous()
+        b = module.lora_B[name].weight.detach().float().cpu().contiguous()
         out.append((module_name, a, float(module.scaling[name]), b))
     return out
 
