@@ -8,6 +8,14 @@ training and sampling on identical token sequences.
 
 Dequantizing takes seconds to minutes, so the result is cached in the data dir as
 safetensors (written atomically, keyed by the GGUF's identity) and later starts load that.
+
+Gemma 3 (checked against the real 270M file, tests/test_gemma.py): transformers dequantizes
+its mixed Q4_K/Q5_0/Q6_K/Q8_0 tensors with gguf-py's own kernels, subtracts the 1 that
+llama.cpp's converter adds to Gemma's norm weights, ties the output head to the embedding
+(the file stores it once), keeps the sqrt(hidden) embedding scale in the model, and builds
+the 5-sliding : 1-global attention layout from the file's sliding window. Final-logit
+soft-capping (Gemma 2) would be skipped by the trainer's chunked log-probs, so a model
+that uses it is refused.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
             (tmp / "config.json").write_text(json.dumps(config))
             shutil.rmtree(cached, ignore_errors=True)
             os.replace(tmp, cached)
+    if getattr(model.config, "final_logit_softcapping", None):
+        raise SapoError(f"{gguf_path.name} uses final-logit soft-capping, which training does not apply")
     model.config.use_cache = False
     for p in model.parameters():
         p.requires_grad_(False)
