@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
 
         check_relay_url(cfg.relay)
     # Task settings are checked before the model is fetched: a typo should not cost a download.
-    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)
+    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 
     from engine.hardware import tune_allocator
     from engine.modelfile import check_lora_targets, check_tokenizer, inspect_gguf
@@ -74,8 +74,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     info = inspect_gguf(source)
     check_tokenizer(info)
     check_lora_targets(info.architecture, cfg.lora_targets)
-    cfg = resolve_auto(cfg, info.n_params)
-    threads = cfg.threads or default_threads()
+    cfg = resolve_auto(cfg, info.n_params, default_threads())
+    threads = cfg.threads
     cache_dir = default_cache_dir()
     model_path = working_gguf(source, cfg.weights, cache_dir / "models")
     node_id = load_or_create_node_id(data_dir)
