@@ -8,6 +8,7 @@ that trains on Gemma's groups without an error has re-encoded them.
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -31,10 +32,11 @@ def _wait(path: Path, proc, ok, what: str, timeout: float = 1200) -> None:
 
 
 def test_smollm2_and_gemma_train_on_each_others_groups(tmp_path, relay, model_cache, gemma_gguf):
-    # The Gemma node starts first and runs longer: its first round takes longest (bigger model), and
-    # the SmolLM2 node should find Gemma's groups waiting and Gemma should see SmolLM2's while it runs.
+    # The Gemma node starts first (its first round takes longest), so that the SmolLM2 node finds
+    # Gemma's groups waiting; it keeps running until it has trained on SmolLM2's, then stops cleanly
+    # (SIGTERM ends a node after the round in flight).
     gemma, gemma_events = start_engine(tmp_path, "gemma", GEMMA, relay, model_cache, "--model", str(gemma_gguf),
-                                       "--local", "2", "--external", "2", "--rounds", "4")
+                                       "--local", "2", "--external", "2", "--rounds", "12")
     smol = None
     try:
         _wait(gemma_events, gemma, lambda evs: any(e["type"] == "round" and e.get("groups_shared", 0) > 0
@@ -42,6 +44,9 @@ def test_smollm2_and_gemma_train_on_each_others_groups(tmp_path, relay, model_ca
         smol, smol_events = start_engine(tmp_path, "smol", SMOL, relay, model_cache,
                                          "--local", "2", "--external", "2", "--rounds", "2")
         finish(smol)
+        _wait(gemma_events, gemma, lambda evs: any(e["type"] == "round" and e["external_groups"] > 0 for e in evs),
+              "Gemma to train on SmolLM2's groups")
+        gemma.send_signal(signal.SIGTERM)
         finish(gemma)
     finally:
         for proc in (gemma, smol):
