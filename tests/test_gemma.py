@@ -250,9 +250,7 @@ def test_node_trains_resumes_and_exports_gemma(gemma: Setup, gemma_gguf: Path, m
                                                tmp_path: Path) -> None:
     """A Gemma node: a round, a resume that hot-swaps the checkpoint's LoRA back in, an export llama.cpp loads."""
     data = tmp_path / "data"
-    data.mkdir()
     trained_tokens = 0
-    (data / "node.json").write_text(json.dumps({"node_id": "6e" * 16}))
     for rounds in (1, 2):
         events = tmp_path / f"events-{rounds}.jsonl"
         proc = _engine("run", *SMALL, "--model", str(gemma_gguf), "--rounds", str(rounds), "--data-dir", str(data),

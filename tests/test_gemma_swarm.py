@@ -15,12 +15,15 @@ from pathlib import Path
 import pytest
 
 from engine.swarm import SwarmClient
+from wire.identity import Identity
 
-from test_swarm_e2e import _events, finish, relay, start_engine  # noqa: F401 - relay is a fixture
+from test_swarm_e2e import _events, _node_id, finish, relay, start_engine  # noqa: F401 - relay is a fixture
 
 pytestmark = pytest.mark.slow
 
-SMOL, GEMMA = "5" * 32, "6" * 32
+# Both sides share 2 x 4 completions of <= 24 tokens; no external-token-share cap, so that a round
+# whose own answers happen to be short still trains on the peer's groups (the cap is tested elsewhere).
+FLAGS = ["--local", "2", "--external", "2", "--external-token-share", "1"]
 
 
 def _wait(path: Path, proc, ok, what: str, timeout: float = 1200) -> None:
@@ -35,14 +38,13 @@ def test_smollm2_and_gemma_train_on_each_others_groups(tmp_path, relay, model_ca
     # The Gemma node starts first (its first round takes longest), so that the SmolLM2 node finds
     # Gemma's groups waiting; it keeps running until it has trained on SmolLM2's, then stops cleanly
     # (SIGTERM ends a node after the round in flight).
-    gemma, gemma_events = start_engine(tmp_path, "gemma", GEMMA, relay, model_cache, "--model", str(gemma_gguf),
-                                       "--local", "2", "--external", "2", "--rounds", "12")
+    gemma, gemma_events = start_engine(tmp_path, "gemma", None, relay, model_cache, "--model", str(gemma_gguf),
+                                       *FLAGS, "--rounds", "12")
     smol = None
     try:
         _wait(gemma_events, gemma, lambda evs: any(e["type"] == "round" and e.get("groups_shared", 0) > 0
                                                    for e in evs), "Gemma's first shared group")
-        smol, smol_events = start_engine(tmp_path, "smol", SMOL, relay, model_cache,
-                                         "--local", "2", "--external", "2", "--rounds", "2")
+        smol, smol_events = start_engine(tmp_path, "smol", None, relay, model_cache, *FLAGS, "--rounds", "2")
         finish(smol)
         _wait(gemma_events, gemma, lambda evs: any(e["type"] == "round" and e["external_groups"] > 0 for e in evs),
               "Gemma to train on SmolLM2's groups")
@@ -53,20 +55,22 @@ def test_smollm2_and_gemma_train_on_each_others_groups(tmp_path, relay, model_ca
             if proc is not None and proc.poll() is None:
                 proc.kill()
     models = {}
-    for path, me in ((gemma_events, GEMMA), (smol_events, SMOL)):
+    for path in (gemma_events, smol_events):
         evs = _events(path)
-        models[me] = next(e for e in evs if e["type"] == "start")["model"]
+        models[_node_id(path)] = next(e for e in evs if e["type"] == "start")["model"]
         rounds = [e for e in evs if e["type"] == "round"]
-        assert sum(e["external_groups"] for e in rounds) > 0, f"{models[me]} never trained on a peer's group"
-        assert all(e["rejected_groups"] == 0 for e in rounds), [e["rejected_reasons"] for e in rounds]
+        who = models[_node_id(path)]
+        assert sum(e["external_groups"] for e in rounds) > 0, f"{who} never trained on a peer's group"
+        # Nothing refused, but a group met again after training on it (a small pool, many rounds).
+        assert {r for e in rounds for r in e["rejected_reasons"]} <= {"replay"}, [e["rejected_reasons"] for e in rounds]
         assert all(e["groups"] + e["external_groups"] == 4 for e in rounds)
         # Shared groups have reward spread (the relay refuses others), so a round with any trains on them.
         assert all(e["tokens_trained"] > 0 for e in rounds if e["external_groups"])
-    assert models[SMOL] == "smollm2-135m" and models[GEMMA] != models[SMOL]
-    # Only two nodes in this swarm: each one's adopted groups were adopted by the other.
-    c = SwarmClient(relay.url, "e2e", "c" * 32, "x", None, on_status=lambda m: None)
+    assert sorted(models.values()) == [gemma_gguf.stem.lower(), "smollm2-135m"]
+    # Only two nodes in this swarm: each one's adopted groups were reported by the other.
+    c = SwarmClient(relay.url, "e2e", Identity.generate(), "x", None, on_status=lambda m: None)
     try:
         board = {row.node_id: row for row in c.stats().leaderboard}
     finally:
         c.close()
-    assert board[SMOL].groups_adopted > 0 and board[GEMMA].groups_adopted > 0
+    assert set(models) <= set(board) and all(board[i].groups_adopted > 0 for i in models)
