@@ -69,13 +69,15 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 
     from engine.hardware import tune_allocator
-    from engine.modelfile import inspect_gguf
+    from engine.modelfile import check_lora_targets, check_tokenizer, inspect_gguf
     from engine.weights import working_gguf
 
     tune_allocator()  # before any torch work: keeps a training step's peak RSS ~3x lower on glibc
 
     source, model_name = resolve_model_file(cfg.model)
     info = inspect_gguf(source)
+    check_tokenizer(info)
+    check_lora_targets(info.architecture, cfg.lora_targets)
     cfg = resolve_auto(cfg, info.n_params, default_threads())
     threads = cfg.threads
     cache_dir = default_cache_dir()
