@@ -116,7 +116,15 @@ class NodeConfig:
     swarm: str = setting("public", "swarm name on the relay")
     token: str | None = setting(None, "shared token of a private swarm")
     offline: bool = setting(False, "train alone, no relay")
-    external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix")
+    external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix "
+                                             "(within the size caps of engine.tasks.ANY_TASK_CAPS)")
+    # Token-mean loss weighs a group by its tokens: without a cap, a peer's long completions would
+    # outweigh the node's own experience. With the paper's I = J = 4 honest groups give about half
+    # the tokens; 0.7 leaves room for their spread and bounds a round of maximal-length external
+    # groups to ~1.3x a normal one (docs/SECURITY.md).
+    external_token_share: float = setting(0.7, "largest share of an update's completion tokens that may come "
+                                               "from the swarm; the longest external groups are left out "
+                                               "beyond it (1 = no cap)")
 
     def check_resolved(self) -> None:
         """After resolve_auto no auto setting is left unset; a bug otherwise."""
@@ -286,6 +294,7 @@ def validate(cfg: NodeConfig) -> None:
     need(0 <= cfg.eps_low < 1 and cfg.eps_high >= 0, "clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0")
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
+    need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
 
 

@@ -29,6 +29,7 @@ class ScoredGroup:
     completions: list[Completion]
     scores: list[Score]
     source: str = "local"  # or the sending node's id
+    digest: str | None = None  # an external group's wire.protocol.group_digest (named in the trained report)
 
     @property
     def rewards(self) -> list[float]:

@@ -14,6 +14,14 @@ at load), and only their matmuls run in bf16; activations, the residual stream, 
 embeddings, the output head, LoRA and optimizer stay fp32. Casting the whole model instead
 doubled the log-prob error against fp32 (0.029 vs 0.017 nats/token on the bundled model) for
 no speed gain: the matmuls are ~65 % of a training step and all of bf16's gain.
+
+Gemma 3 (checked against the real 270M file, tests/test_gemma.py): transformers dequantizes
+its mixed Q4_K/Q5_0/Q6_K/Q8_0 tensors with gguf-py's own kernels, subtracts the 1 that
+llama.cpp's converter adds to Gemma's norm weights, ties the output head to the embedding
+(the file stores it once), keeps the sqrt(hidden) embedding scale in the model, and builds
+the 5-sliding : 1-global attention layout from the file's sliding window. Final-logit
+soft-capping (Gemma 2) would be skipped by the trainer's chunked log-probs, so a model
+that uses it is refused.
 """
 
 from __future__ import annotations
@@ -86,6 +94,8 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
             (tmp / "config.json").write_text(json.dumps(config))
             shutil.rmtree(cached, ignore_errors=True)
             os.replace(tmp, cached)
+    if getattr(model.config, "final_logit_softcapping", None):
+        raise SapoError(f"{gguf_path.name} uses final-logit soft-capping, which training does not apply")
     if dtype == torch.bfloat16:
         bf16_linears(model)
     elif dtype != torch.float32:
