@@ -102,6 +102,19 @@ class EngineProcess(QObject):
         self._proc.close_stdin()  # end of input also means stop, for an engine that missed the line
         self._kill_timer.start(grace_ms)
 
+    def shutdown(self, wait_ms: int = 15_000) -> None:
+        """Quitting the app: stop now, blocking. Two SIGTERMs abort the round in flight (its last
+        checkpoint stays whole: checkpoints are written to a new directory, then switched)."""
+        if not self.running:
+            return
+        self._proc.close_stdin()
+        self._proc.terminate()
+        if not self._proc.wait(300):
+            self._proc.terminate()
+            if not self._proc.wait(wait_ms):
+                self._proc.kill()
+                self._proc.wait(5000)
+
     def _escalate(self) -> None:
         if self.running:
             log.warning("the engine did not stop in time: killing it")
