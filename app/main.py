@@ -85,15 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SapoError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    cores = default_threads()
     if args.setup or not settings.setup_done:
         from app.wizard import SetupWizard
 
-        wizard = SetupWizard(settings)
+        wizard = SetupWizard(settings, cores)
         if not wizard.exec():
             return 0
         settings = wizard.result_settings()
         store.save(settings)
-    window = MainWindow(settings, cores=default_threads())
+    window = MainWindow(settings, cores=cores)
     window.show()
     window.start()
     return app.exec()
