@@ -28,6 +28,7 @@ from engine.groups import Completion, ScoredGroup, summarize
 from engine.grpo import build_sequences
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
+from engine.progress import PhaseReporter, feed_samples
 from engine.rewards import Score, score_completion
 from engine.rollout import RolloutGenerator, SamplingParams
 from engine.swarm import SwarmClient
@@ -36,7 +37,7 @@ from engine.verify import verify_group
 from engine.tasks import (Question, QuestionStream, StreamState, TaskEntry, build_messages, build_mix, derive_seed,
                           fewshot_messages, heldout_set, scorer_for)
 from wire import events as ev
-from wire.protocol import Group, has_spread
+from wire.protocol import Group, StatsReply, display_name, has_spread
 
 MAX_SEQS_PER_BATCH = 64
 
@@ -75,9 +76,11 @@ class Node:
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm
+        self._last_stats: StatsReply | None = None  # the relay's view after the last round, for the swarm event
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
+        self.phases = PhaseReporter(events.emit)
         self._resume()
 
     @property
@@ -116,12 +119,14 @@ class Node:
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
                 n: int | None = None) -> list[ScoredGroup]:
         prompts = [self.prompt_ids(q) for q in questions]
-        outs = self.generator.generate(prompts, n or self.cfg.completions or 2, params or self.params)
+        outs = self.generator.generate(prompts, n or self.cfg.completions or 2, params or self.params,
+                                       self.phases.progress)
         return [ScoredGroup(q, p, cs, self.score(q, cs)) for q, p, cs in zip(questions, prompts, outs)]
 
     # --- the loop ---
     def evaluate(self) -> dict[str, Any]:
         t0 = time.perf_counter()
+        self.phases.start(self.round, "evaluating")
         result = evaluate(self.rollout, self.heldout, self.params)
         result["eval_s"] = round(time.perf_counter() - t0, 2)
         self.events.emit(msgspec.convert({"round": self.round, **result}, ev.Eval))
@@ -136,20 +141,27 @@ class Node:
         if self.round == 0 and self.cfg.eval_every and not self.state.history:
             self.evaluate()  # the baseline, before any training
         # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
+        if self.swarm is not None:
+            self.phases.start(rnd, "external")
         external, rejected = self._external_groups()
         # 2. rollouts on our own questions
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
         n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
+        self.phases.start(rnd, "generating", n_local * (self.cfg.completions or 2))
         groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
         self.pause_point()
         # 3. share our groups (plain text) with the swarm
+        if self.swarm is not None:
+            self.phases.start(rnd, "sharing")
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
         samples, dropped = build_sequences(groups + external)
         self.pause_point()
-        train = self.trainer.step(samples)
+        self.phases.start(rnd, "training")
+        train = self.trainer.step(samples, self.phases.progress)
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
+        self.phases.start(rnd, "swapping")
         swap_ms = self.sync.sync(self.policy) if samples else 0.0
         summary = summarize(groups)
         self.state.round = rnd
@@ -160,6 +172,7 @@ class Node:
         if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
             self.evaluate()
         t_ckpt = time.perf_counter()
+        self.phases.start(rnd, "checkpointing")
         self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
         metrics: dict[str, Any] = {
             "round": rnd,
@@ -182,7 +195,10 @@ class Node:
             **self._swarm_metrics(rnd, external, rejected, shared),
         }
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
-        self.events.emit(msgspec.convert(metrics, ev.Round))
+        round_event = msgspec.convert(metrics, ev.Round)
+        self.events.emit(msgspec.structs.replace(round_event, rollouts=feed_samples(groups, external)))
+        if self._last_stats is not None:
+            self.events.emit(swarm_event(self._last_stats, self.node_id))
         return metrics
 
     # --- the swarm ---
@@ -221,7 +237,7 @@ class Node:
     def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
         if self.swarm is None:
             return {"external_groups": 0, "rejected_groups": 0, "relay_connected": None, "peers": 0}
-        stats = self.swarm.stats()
+        stats = self._last_stats = self.swarm.stats()
         out: dict[str, Any] = {
             "external_groups": len(external),
             "external_reward_mean": round(summarize(external)["reward_mean"], 4) if external else None,
@@ -246,6 +262,17 @@ class Node:
         if self.swarm is not None:
             self.swarm.close()
         self.llm.close()
+
+
+def swarm_event(stats: StatsReply, node_id: str) -> ev.Swarm:
+    """The relay's stats as the dashboard's ``swarm`` event (names derived from ids, never taken from peers)."""
+    rows = [ev.LeaderRow(r.node_id, display_name(r.node_id), r.groups_shared, r.groups_adopted, r.rounds)
+            for r in stats.leaderboard]
+    rank = next((i + 1 for i, r in enumerate(rows) if r.node_id == node_id), None)
+    you = stats.you
+    return ev.Swarm(peers_online=stats.peers_online, groups_per_minute=round(stats.groups_per_minute, 2),
+                    leaderboard=rows, you=ev.LeaderRow(you.node_id, display_name(you.node_id), you.groups_shared,
+                                                       you.groups_adopted, you.rounds), rank=rank)
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

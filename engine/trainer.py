@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -135,14 +136,19 @@ class Trainer:
         mb = self.cfg.micro_batch
         return [samples[i:i + mb] for i in range(0, len(samples), mb)]
 
-    def step(self, samples: list[TrainSequence]) -> TrainStats:
-        """``iterations`` optimizer steps on these samples; returns stats of the last."""
+    def step(self, samples: list[TrainSequence], progress: Callable[[int, int], None] | None = None) -> TrainStats:
+        """``iterations`` optimizer steps on these samples; returns stats of the last.
+
+        ``progress(done, total)`` is called after each micro-batch (of all iterations).
+        """
         t0 = time.perf_counter()
         samples = sorted((s for s in samples if s.completion_ids), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
         if not samples:
             return TrainStats(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
         total_tokens = sum(len(s.completion_ids) for s in samples)
         old = self.logprobs(samples) if self.cfg.iterations > 1 else None
+        n_batches = len(self._micro_batches(samples)) * self.cfg.iterations
+        done = 0
         for _ in range(self.cfg.iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = low = high = 0.0
@@ -159,6 +165,9 @@ class Trainer:
                 loss, st = clipped_token_loss(lp[:, None], lp_old[:, None], adv, torch.ones_like(lp)[:, None],
                                               self.cfg.eps_low, self.cfg.eps_high, normalizer=total_tokens)
                 loss.backward()
+                done += 1
+                if progress is not None:
+                    progress(done, n_batches)
                 loss_sum += st.loss
                 low += st.clip_low_frac * st.tokens
                 high += st.clip_high_frac * st.tokens
