@@ -21,6 +21,15 @@ from wire.models import ModelInfo, ModelsReport
 FIT_WORDS = {"fits": "fits", "tight": "tight fit", "no": "does not fit"}
 
 
+def fit_text(m: ModelInfo) -> str:
+    """Short words for the table (the full reason is the cell's tooltip)."""
+    if m.fit != "no":
+        return FIT_WORDS[m.fit]
+    if "slow" in m.why:
+        return "too slow here"
+    return "too big" if "needs" in m.why else "does not fit"
+
+
 def gib(n: int) -> str:
     return f"{n / 1024**3:.1f} GB"
 
@@ -69,7 +78,7 @@ class HardwarePage(QWizardPage):
 
 
 class ModelPage(QWizardPage):
-    COLUMNS = ["model", "download", "memory needed", "fits?", "one round here", "on this computer"]
+    COLUMNS = ["model", "download", "memory needed", "fits?", "one round here", "on disk"]
 
     def __init__(self, wizard: "SetupWizard") -> None:
         super().__init__()
@@ -84,6 +93,7 @@ class ModelPage(QWizardPage):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(False)
         self.table.setAccessibleName("models")
         self.table.itemSelectionChanged.connect(self.completeChanged)
         self.reason = _label()
@@ -100,12 +110,12 @@ class ModelPage(QWizardPage):
         keep = self.selected() if self._touched else None
         self.table.setRowCount(len(report.models))
         for i, m in enumerate(report.models):
-            name = m.display_name + ("  ★ recommended" if m.recommended else "")
-            cells = (name, "included" if m.bundled else f"{m.file_size_bytes / 1e6:,.0f} MB", gib(m.needed_bytes),
-                     FIT_WORDS[m.fit] + (f": {m.why}" if m.why else ""), duration(m.round_s) if report.speed or
-                     m.round_s else "measuring…", "yes" if m.downloaded else "no")
+            name = m.display_name.replace(" (bundled)", "") + ("  ★ recommended" if m.recommended else "")
+            cells = (name, "included with the app" if m.bundled else f"{m.file_size_bytes / 1e6:,.0f} MB", gib(m.needed_bytes),
+                     fit_text(m), duration(m.round_s), "yes" if m.downloaded else "no")
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
+                item.setToolTip(m.why or text)
                 item.setData(Qt.ItemDataRole.UserRole, m.name)
                 if m.fit == "no":
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
