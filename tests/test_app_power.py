@@ -58,3 +58,21 @@ def test_the_window_pauses_and_resumes_through_the_engine_commands(qtbot, monkey
     window.engine._state = "paused"
     window.apply_power(rules, Facts(idle_s=None, on_battery=False))
     assert sent == ["pause", "resume"]
+
+
+def test_tray_follows_the_state(qtbot):
+    from app.window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    tray = window.tray
+    tray.update("Paused — round 3", "paused")
+    assert tray.pause.text() == "Resume" and tray.pause.isEnabled() and tray.status.text() == "Paused — round 3"
+    tray.update("Stopped", "stopped")
+    assert tray.pause.text() == "Pause" and not tray.pause.isEnabled()
+    starts: list = []
+    monkey_start = window.start
+    window.start = lambda: starts.append(1)  # the tray's pause on a stopped engine starts it
+    window.toggle_pause()
+    window.start = monkey_start
+    assert starts == [1]
