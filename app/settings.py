@@ -1,7 +1,8 @@
 """The app's settings: what the wizard asks and the preferences dialog edits, kept as TOML.
 
 Two files in the platform's config dir (``SAPO_CONFIG_DIR`` overrides it):
-- ``node.toml``: the engine's settings (``NodeConfig`` field names), passed to
+- ``node.toml``: the engine's settings (``NodeConfig`` field names, written by the engine's
+  ``to_toml``: only what differs from its defaults), passed to
   ``sapo-engine run --config``, so a volunteer can also run the same node from a terminal;
 - ``app.toml``: what only the app uses (power preset, idle and battery rules, swarm kind).
 Files are written whole to a temporary name and renamed, so a crash never leaves half a file.
@@ -19,7 +20,7 @@ from typing import Any, Literal
 import platformdirs
 import tomli_w
 
-from engine.config import NodeConfig, build_config
+from engine.config import NodeConfig, build_config, to_toml
 from engine.errors import SapoError
 
 Power = Literal["light", "medium", "full"]
@@ -68,6 +69,13 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def _clean(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}  # TOML has no null: absent means default
 
@@ -78,10 +86,10 @@ def node_path(directory: Path | None = None) -> Path:
 
 def save(settings: AppSettings, directory: Path | None = None) -> None:
     directory = directory or config_dir()
-    settings.node_config()  # never write a file the engine would refuse
+    node = settings.node_config()  # never write a file the engine would refuse
     app = _clean({k: v for k, v in dataclasses.asdict(settings).items() if k != "node"})
     _write(directory / "app.toml", app)
-    _write(node_path(directory), _clean(settings.node))
+    _replace(node_path(directory), to_toml(node))  # the engine's own writer: what differs from its defaults
 
 
 def load(directory: Path | None = None) -> AppSettings:

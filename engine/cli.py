@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from engine.config import add_setting_flags
 from engine.errors import SapoError
 from engine.paths import prepare_data_dir
 
@@ -34,17 +35,6 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="SAPO Swarm node: RL post-training of your own model, together with a swarm.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -56,31 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="TOML settings file; flags override it")
     run.add_argument("--quiet", action="store_true", help="no progress lines on the terminal")
     run.add_argument("--control", choices=["stdin"], help="read commands (pause, resume, stop, set_threads) as JSON lines")
-    # Node settings: names match NodeConfig fields (see engine/config.py for defaults and meaning).
-    run.add_argument("--model", help="catalog name (see 'sapo-engine models') or path to a .gguf file")
-    run.add_argument("--weights", help="working weight format: auto, as-is, q4_0, q8_0")
-    run.add_argument("--preset", help="task preset: easy or paper")
-    run.add_argument("--tasks", type=_csv, help="comma-separated reasoning-gym datasets")
-    run.add_argument("--local", dest="local_groups", type=_int, help="I: own question groups per round")
-    run.add_argument("--external", dest="external_groups", type=_int, help="J: swarm groups per round")
-    run.add_argument("--completions", type=_int, help="L: answers per question")
-    run.add_argument("--max-tokens", type=_int, help="new tokens per answer")
-    run.add_argument("--temperature", type=_float)
-    run.add_argument("--threads", type=_int, help="CPU threads for llama.cpp and torch")
-    run.add_argument("--seed", type=_int)
-    run.add_argument("--fewshot", type=_int, help="worked examples in each prompt")
-    run.add_argument("--format-bonus", type=_float, help="reward for a well-formed <answer> tag")
-    run.add_argument("--lr", dest="learning_rate", type=_float)
-    run.add_argument("--optimizer", help="adamw, adam or sgd")
-    run.add_argument("--lora-rank", type=_int)
-    run.add_argument("--iterations", type=_int, help="policy updates per round on the same rollouts")
-    run.add_argument("--micro-batch", type=_int)
-    run.add_argument("--eval-every", type=_int, help="rounds between held-out evaluations (0 = never)")
-    run.add_argument("--eval-per-task", type=_int)
-    run.add_argument("--relay", help="relay URL, ws://host:port or wss://host:port")
-    run.add_argument("--swarm", help="swarm name on the relay")
-    run.add_argument("--token", help="shared token of a private swarm")
-    run.add_argument("--offline", action="store_true", default=None, help="train alone, no relay")
+    add_setting_flags(run)  # one flag per NodeConfig field, generated
 
     models = sub.add_parser("models", help="list the model catalog, what fits this machine, and the recommendation")
     models.add_argument("--json", action="store_true", help="one JSON object (wire/models.py) instead of a table")
@@ -115,8 +81,9 @@ def _models(args: argparse.Namespace) -> int:
         print(encode_report(report).decode())
     else:
         print(format_catalog(hw))
+        print("\nExpected time of one round here (scaled from the bundled model's measured speed):")
         for m in report.models:
-            print(f"  {m.name:<14} about {m.round_s:.0f} s per round here" if m.round_s is not None else "")
+            print(f"  {m.name:<14} {m.round_s:>8.0f} s")
         print(f"recommended with speed weighed in: {report.recommended} ({report.reason})")
     return 0
 

@@ -1,15 +1,26 @@
-"""A node's settings: one dataclass, read from a TOML file and command-line flags.
+"""A node's settings: ``NodeConfig``, the one place each setting is written.
 
-Precedence: built-in defaults < ``--config FILE`` < flags. Fields left ``None`` are
-"auto" and are filled from the model's size by ``resolve_auto`` once the model is known
-(tiny models get the easy preset and shorter answers). Every constraint is checked once,
-in ``validate``, with a one-line ``SapoError``.
+Each field carries its default, its help text, its command-line flag and, where there is
+one, the source of the default (the paper, DAPO, a measurement here), as TRL's GRPO config
+does. The ``sapo-engine run`` flags (``add_setting_flags``) and the TOML reader are generated
+from these fields, and the GUI reads the same metadata for its tooltips.
+
+Precedence: built-in defaults < ``--config FILE`` < flags. Fields whose default is ``None``
+and that are marked ``auto`` are filled from the model's size by ``resolve_auto`` once the
+model is known (tiny models get the easy preset and shorter answers); after that none is
+left. Every constraint, cross-field ones included, is checked once, in ``validate``, with a
+one-line ``SapoError``.
+
+Torch-free on purpose: the GUI imports this module to write the TOML file the engine reads.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,64 +28,139 @@ from typing import Any
 import msgspec
 
 from engine.errors import SapoError
+from wire.protocol import MAX_FORMAT_BONUS
 
 TINY_PARAMS = 500_000_000  # below this, a model gets the "tiny" defaults
+
+
+def setting(default: Any = None, help: str = "", *, flag: str | None = "", source: str = "", auto: bool = False,
+            factory: Any = None) -> Any:
+    """A NodeConfig field. ``flag``: "" = ``--field-name``, None = TOML only. ``auto``: None is filled by resolve_auto."""
+    meta = {"help": help, "flag": flag, "source": source, "auto": auto}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @dataclass
 class NodeConfig:
     # --- model ---
-    model: str | None = None  # catalog name or path to a .gguf; None = best fit for this machine
-    weights: str = "auto"  # working weight format: auto | as-is | q4_0 | q8_0 (auto: Q4_1 -> Q4_0, see BENCHMARKS)
+    model: str | None = setting(None, "catalog name (see 'sapo-engine models') or path to a .gguf file; "
+                                      "unset: the best fit for this machine")
+    weights: str = setting("auto", "working weight format: auto, as-is, q4_0 or q8_0",
+                           source="measured here (docs/BENCHMARKS.md): auto turns Q4_1 into Q4_0")
     # --- tasks ---
-    preset: str | None = None  # easy | paper; None = easy for tiny models, else paper
-    tasks: list[str] | None = None  # reasoning-gym dataset names; None = the preset's
-    task_weights: dict[str, float] = field(default_factory=dict)
-    task_config: dict[str, dict[str, Any]] = field(default_factory=dict)
-    fewshot: int | None = None  # worked examples per prompt; None = 2 for tiny models, else 0
-    format_bonus: float | None = None  # reward for a well-formed <answer> tag; None = 0.1 tiny, else 0
+    preset: str | None = setting(None, "task preset: easy or paper (auto: easy for models under 0.5B)", auto=True)
+    tasks: list[str] | None = setting(None, "comma-separated reasoning-gym datasets (unset: the preset's)")
+    task_weights: dict[str, float] = setting(help="relative draw weight per task", flag=None, factory=dict)
+    task_config: dict[str, dict[str, Any]] = setting(help="reasoning-gym settings per task", flag=None, factory=dict)
+    fewshot: int | None = setting(None, "worked examples in each prompt (auto: 2 for tiny models, else 0)", auto=True,
+                                  source="measured here: tiny models rarely use the answer tag without examples")
+    format_bonus: float | None = setting(
+        None, f"extra reward for a well-formed answer tag, at most {MAX_FORMAT_BONUS} (auto: 0.1 tiny, else 0)",
+        auto=True, source="departure from the paper (which has none), for models that start at ~0 reward")
     # --- a round (the paper's I, J, L) ---
-    local_groups: int = 4  # I: own question groups trained per round
-    external_groups: int = 4  # J: groups sampled from the swarm (budget I + J is kept offline)
-    completions: int | None = None  # L: answers per question; None = 4 tiny, else 8
-    max_tokens: int | None = None  # per answer; None = 96 tiny, else 256
-    temperature: float = 1.0  # on-policy: no truncation unless top_k / top_p are set
-    top_k: int = 0
-    top_p: float = 1.0
-    stop_at_answer: bool = True  # end an answer at its first </answer>: the reward is already decided
-    threads: int | None = None  # llama.cpp and torch threads; None = physical cores
-    seed: int = 0
+    local_groups: int = setting(4, "I: own question groups per round", flag="--local", source="paper (4/4 was best)")
+    external_groups: int = setting(4, "J: groups from the swarm per round (the budget I + J is kept offline)",
+                                   flag="--external", source="paper (4/4 was best)")
+    completions: int | None = setting(None, "L: answers per question (auto: 4 tiny, else 8)", auto=True,
+                                      source="paper: L = 8")
+    max_tokens: int | None = setting(None, "new tokens per answer (auto: 96 tiny, else 256)", auto=True)
+    temperature: float = setting(1.0, "sampling temperature; 1 = on-policy", source="paper")
+    top_k: int = setting(0, "sample from the k likeliest tokens only (0 = off: on-policy)")
+    top_p: float = setting(1.0, "nucleus sampling (1 = off: on-policy)")
+    stop_at_answer: bool = setting(True, "end an answer at its first </answer>: the reward is already decided")
+    threads: int | None = setting(None, "CPU threads for llama.cpp and torch (auto: physical cores)", auto=True)
+    seed: int = setting(0, "seed of this node's question and sampling streams")
     # --- training (GRPO + LoRA) ---
-    learning_rate: float = 3e-4
-    optimizer: str = "adamw"  # adamw | adam | sgd (the paper used Adam)
+    learning_rate: float = setting(3e-4, "LoRA learning rate", flag="--lr")
+    optimizer: str = setting("adamw", "adamw, adam or sgd", source="the paper used Adam")
     # RL updates carry little information per round; rank 16 on all linear layers is ample at
     # every size here (LoRA rank matters far less for RL than for supervised fine-tuning).
-    lora_rank: int = 16
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.0
-    lora_targets: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
-    iterations: int = 1  # policy updates per round on the same rollouts (>1 makes clipping act)
-    micro_batch: int | None = None  # sequences per forward/backward; None = 8 under 0.5B, 4 under 2B, else 2
-    grad_clip: float = 1.0
-    eps_low: float = 0.2  # PPO clip range below 1 (paper, DAPO)
-    eps_high: float = 0.28  # and above 1 (DAPO "clip-higher")
-    weight_decay: float = 0.0
+    lora_rank: int = setting(16, "LoRA rank")
+    lora_alpha: float = setting(32.0, "LoRA alpha (scale = alpha / rank)")
+    lora_dropout: float = setting(0.0, "LoRA dropout")
+    lora_targets: list[str] = setting(help="comma-separated module names that get a LoRA", factory=lambda: list(LORA_TARGETS))
+    iterations: int = setting(1, "policy updates per round on the same rollouts (>1 makes clipping act)",
+                              source="paper: one update per round")
+    micro_batch: int | None = setting(None, "sequences per forward/backward (auto: 8 under 0.5B, 4 under 2B, else 2)",
+                                      auto=True, source="measured here: peak memory of a training step")
+    grad_clip: float = setting(1.0, "gradient norm clip")
+    eps_low: float = setting(0.2, "PPO clip range below 1", source="paper, DAPO")
+    eps_high: float = setting(0.28, "PPO clip range above 1", source="DAPO clip-higher")
+    weight_decay: float = setting(0.0, "AdamW weight decay")
     # --- evaluation ---
-    eval_every: int = 10  # rounds between held-out evaluations; 0 = never
-    eval_per_task: int = 16  # held-out questions per task
+    eval_every: int = setting(10, "rounds between held-out evaluations (0 = never)")
+    eval_per_task: int = setting(16, "held-out questions per task")
     # --- swarm ---
-    relay: str | None = None  # ws://host:port; None or offline = train alone
-    swarm: str = "public"
-    token: str | None = None
-    offline: bool = False
-    external_any_task: bool = False  # accept external groups of tasks outside our own mix
+    relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone)")
+    swarm: str = setting("public", "swarm name on the relay")
+    token: str | None = setting(None, "shared token of a private swarm")
+    offline: bool = setting(False, "train alone, no relay")
+    external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix")
+
+    def check_resolved(self) -> None:
+        """After resolve_auto no auto setting is left unset; a bug otherwise."""
+        missing = [f.name for f in dataclasses.fields(self) if f.metadata.get("auto") and getattr(self, f.name) is None]
+        if missing:
+            raise RuntimeError(f"settings not resolved: {', '.join(missing)}")
 
 
 def _fields() -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(NodeConfig)}
 
+
+def describe(name: str) -> str:
+    """The help text of one setting (the GUI's tooltips), with the source of its default."""
+    meta = _fields()[name].metadata
+    return meta["help"] + (f" (default from: {meta['source']})" if meta["source"] else "")
+
+
+# --- flags, generated ---------------------------------------------------------------------
+
+def _flag_type(tp: Any) -> tuple[Any, str]:
+    """The argparse converter for a field type, and a word for error messages."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):  # X | None -> X
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    base = tp
+    if typing.get_origin(base) is list:
+        return (lambda text: [t.strip() for t in text.split(",") if t.strip()]), "a comma-separated list"
+    word = {int: "a whole number", float: "a number"}.get(base, "text")
+
+    def convert(text: str) -> Any:
+        try:
+            return base(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {word}, got {text!r}") from None
+
+    return convert, word
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per NodeConfig field (its ``flag`` metadata); the dest is the field name."""
+    hints = typing.get_type_hints(NodeConfig)
+    for f in dataclasses.fields(NodeConfig):
+        flag = f.metadata["flag"]
+        if flag is None:
+            continue
+        flag = flag or "--" + f.name.replace("_", "-")
+        help_ = describe(f.name)
+        if hints[f.name] is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            convert, _ = _flag_type(hints[f.name])
+            parser.add_argument(flag, dest=f.name, type=convert, default=None, help=help_)
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags (unset flags are None and leave file values alone)."""
+    return {name: getattr(args, name) for name in _fields() if getattr(args, name, None) is not None}
+
+
+# --- TOML -----------------------------------------------------------------------------------
 
 def load_toml(path: Path) -> dict[str, Any]:
     try:
@@ -96,6 +182,33 @@ def load_toml(path: Path) -> dict[str, Any]:
             flat[key] = value
     return flat
 
+
+def to_toml(cfg: NodeConfig) -> str:
+    """The settings that differ from the defaults, as a TOML file ``load_toml`` reads back."""
+    default = NodeConfig()
+    lines: list[str] = []
+    tables: list[str] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if value == getattr(default, f.name) or value is None:
+            continue
+        if isinstance(value, dict):
+            if f.name == "task_weights":
+                tables.append("[task_weights]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in value.items()))
+            else:
+                for task, conf in value.items():
+                    tables.append(f"[task_config.{task}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in conf.items()))
+        else:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(tables) if tables else "")
+
+
+def _toml_value(value: Any) -> str:
+    # JSON's scalars and arrays of them are valid TOML (strings: TOML basic strings share JSON's escapes).
+    return msgspec.json.encode(value).decode()
+
+
+# --- building and checking ------------------------------------------------------------------
 
 def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> NodeConfig:
     """Defaults, then the file, then flags; types checked, constraints validated."""
@@ -134,6 +247,10 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
     need(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}")
     need(cfg.fewshot is None or 0 <= cfg.fewshot <= 8, f"fewshot must be 0..8, got {cfg.fewshot}")
+    # Cross-field, with the swarm: peers reject groups whose claimed bonus is above the protocol's maximum,
+    # so a larger bonus would get every group this node shares refused.
+    need(cfg.format_bonus is None or 0 <= cfg.format_bonus <= MAX_FORMAT_BONUS,
+         f"format bonus must be 0..{MAX_FORMAT_BONUS} (peers refuse groups with more), got {cfg.format_bonus}")
     need(cfg.optimizer in ("adamw", "adam", "sgd"), f"optimizer must be adamw, adam or sgd, got {cfg.optimizer!r}")
     need(cfg.learning_rate > 0, f"learning rate must be > 0, got {cfg.learning_rate}")
     need(cfg.lora_rank >= 1, f"LoRA rank must be >= 1, got {cfg.lora_rank}")
@@ -149,10 +266,10 @@ def validate(cfg: NodeConfig) -> None:
     need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
 
 
-def resolve_auto(cfg: NodeConfig, n_params: int) -> NodeConfig:
-    """Fill the auto (None) fields from the model's size."""
+def resolve_auto(cfg: NodeConfig, n_params: int, threads: int = 1) -> NodeConfig:
+    """Fill every auto (None) setting from the model's size and this machine; none is left."""
     tiny = n_params < TINY_PARAMS
-    return dataclasses.replace(
+    out = dataclasses.replace(
         cfg,
         preset=cfg.preset or ("easy" if tiny else "paper"),
         fewshot=cfg.fewshot if cfg.fewshot is not None else (2 if tiny else 0),
@@ -160,16 +277,7 @@ def resolve_auto(cfg: NodeConfig, n_params: int) -> NodeConfig:
         completions=cfg.completions or (4 if tiny else 8),
         max_tokens=cfg.max_tokens or (96 if tiny else 256),
         micro_batch=cfg.micro_batch or (8 if tiny else 4 if n_params < 2_000_000_000 else 2),
+        threads=cfg.threads or threads,
     )
-
-
-# Flags of `sapo-engine run` that are settings (their argparse dest is the NodeConfig field).
-SETTING_FLAGS = (
-    "model", "weights", "preset", "tasks", "local_groups", "external_groups", "completions", "max_tokens",
-    "temperature", "threads", "seed", "fewshot", "format_bonus", "learning_rate", "optimizer", "lora_rank", "iterations",
-    "micro_batch", "eval_every", "eval_per_task", "relay", "swarm", "token", "offline",
-)
-
-
-def flag_settings(args: Any) -> dict[str, Any]:
-    return {k: getattr(args, k) for k in SETTING_FLAGS if getattr(args, k, None) is not None}
+    out.check_resolved()
+    return out

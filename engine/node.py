@@ -3,6 +3,21 @@
 A round: draw I questions -> L completions each (one llama.cpp batch) -> score ->
 (share, sample J external groups) -> train -> export + swap the adapter -> checkpoint ->
 events. This module wires the pieces together; each piece lives in its own module.
+
+Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
+- follows: each node trains its own policy on I own + J external groups a round, groups shared
+  as plain text (question, L completions, rewards); GRPO with PPO-clip 0.2/0.28 (DAPO), no KL,
+  no reference model; nine reasoning-gym tasks in the ``paper`` preset; L = 8, I = J = 4 for
+  models of 0.5B and up.
+- format bonus: tiny models get +0.1 for a well-formed ``<answer>`` tag (the paper has no
+  shaping); accuracy never counts it.
+- few-shot prompts: tiny models see 2 worked examples per prompt (the paper: none).
+- easy preset: easier task settings for models under 0.5B, which score ~0 on the defaults.
+- Q4_0 working copy: a Q4_1 GGUF is requantized to Q4_0 for faster sampling (engine/weights.py).
+- external groups are re-verified and re-scored by the receiver (the paper trusts peers); the
+  receiver trains on its own scores, never the sender's claims.
+- one policy update per round with ratio 1 (``iterations`` = 1): the clip only acts with more.
+- the budget I + J is kept when the swarm gives fewer than J groups (more own questions).
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ class Node:
     def __init__(self, cfg: NodeConfig, model_path: Path, model_name: str, node_id: str, events: EventLog,
                  threads: int, data_dir: Path, arch: str, cache_dir: Path,
                  swarm: SwarmClient | None = None) -> None:
-        assert cfg.completions and cfg.max_tokens and cfg.preset and cfg.micro_batch and cfg.fewshot is not None
+        cfg.check_resolved()
         self.cfg = cfg
         self.model_name = model_name
         self.node_id = node_id
@@ -109,17 +124,17 @@ class Node:
         shots = self._fewshot.get(key)
         if shots is None:
             entry = TaskEntry(q.spec.dataset, config=dict(q.spec.config))
-            shots = self._fewshot[key] = fewshot_messages(entry, self.cfg.fewshot or 0)
+            shots = self._fewshot[key] = fewshot_messages(entry, self.cfg.fewshot)
         return self.llm.prompt_tokens(build_messages(q.question, shots))
 
     def score(self, q: Question, completions: list[Completion]) -> list[Score]:
         scorer = scorer_for(q.spec)
-        return [score_completion(scorer, q.entry, c.text, self.cfg.format_bonus or 0.0) for c in completions]
+        return [score_completion(scorer, q.entry, c.text, self.cfg.format_bonus) for c in completions]
 
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
                 n: int | None = None) -> list[ScoredGroup]:
         prompts = [self.prompt_ids(q) for q in questions]
-        outs = self.generator.generate(prompts, n or self.cfg.completions or 2, params or self.params,
+        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params,
                                        self.phases.progress)
         return [ScoredGroup(q, p, cs, self.score(q, cs)) for q, p, cs in zip(questions, prompts, outs)]
 
@@ -147,7 +162,7 @@ class Node:
         # 2. rollouts on our own questions
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
         n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
-        self.phases.start(rnd, "generating", n_local * (self.cfg.completions or 2))
+        self.phases.start(rnd, "generating", n_local * self.cfg.completions)
         groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
         self.pause_point()
@@ -210,7 +225,7 @@ class Node:
         tasks = None if self.cfg.external_any_task else sorted({e.dataset for e in self.mix})
         out = []
         for shared in self.swarm.sample(self.cfg.external_groups, tasks):
-            verdict = verify_group(shared.group, self.cfg.format_bonus or 0.0)
+            verdict = verify_group(shared.group, self.cfg.format_bonus)
             if not verdict.ok or verdict.question is None:
                 rejected[verdict.reason or "bad_spec"] += 1
                 self.rejected_by_sender[shared.node_id] += 1

@@ -94,7 +94,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
 
         check_relay_url(cfg.relay)
     # Task settings are checked before the model is fetched: a typo should not cost a download.
-    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)
+    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 
     from engine.hardware import tune_allocator
     from engine.modelfile import inspect_gguf
@@ -104,8 +104,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
 
     source, model_name = resolve_model_file(cfg.model, events)
     info = inspect_gguf(source)
-    cfg = resolve_auto(cfg, info.n_params)
-    threads = cfg.threads or default_threads()
+    cfg = resolve_auto(cfg, info.n_params, default_threads())
+    threads = cfg.threads
     cache_dir = default_cache_dir()
     model_path = working_gguf(source, cfg.weights, cache_dir / "models")
     node_id = load_or_create_node_id(data_dir)

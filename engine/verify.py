@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from engine.rewards import Score, score_completion
 from engine.tasks import Question, regenerate, scorer_for
-from wire.protocol import Group
+from wire.protocol import MAX_FORMAT_BONUS, Group
 
-MAX_FORMAT_BONUS = 0.5
 TOLERANCE = 1e-4
 
 

@@ -4,7 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import NodeConfig, build_config, load_toml, resolve_auto
+import argparse
+import dataclasses
+
+from engine.config import NodeConfig, add_setting_flags, build_config, describe, flag_settings, load_toml, resolve_auto, to_toml
 from engine.errors import SapoError
 
 
@@ -35,8 +38,43 @@ def test_auto_settings_follow_model_size():
 @pytest.mark.parametrize("values, needle", [
     ({"completions": 65}, "completions"), ({"eps_low": 1.0}, "clip"), ({"top_p": 0}, "top_p"),
     ({"lora_targets": []}, "LoRA targets"), ({"swarm": ""}, "swarm"), ({"seed": -1}, "seed"),
-    ({"local_groups": "four"}, "local_groups"),
+    ({"local_groups": "four"}, "local_groups"), ({"format_bonus": 0.6}, "peers refuse"),
 ])
 def test_invalid_values(values, needle):
     with pytest.raises(SapoError, match=needle):
         build_config({}, values)
+
+
+def test_flags_are_generated_from_the_settings():
+    parser = argparse.ArgumentParser()
+    add_setting_flags(parser)
+    args = parser.parse_args(["--local", "3", "--lr", "1e-4", "--tasks", "chain_sum, bf", "--no-stop-at-answer",
+                              "--lora-targets", "q_proj,v_proj", "--offline"])
+    values = flag_settings(args)
+    assert values == {"local_groups": 3, "learning_rate": 1e-4, "tasks": ["chain_sum", "bf"], "stop_at_answer": False,
+                      "lora_targets": ["q_proj", "v_proj"], "offline": True}
+    # every setting is either a flag or TOML-only, and every one has help text
+    dests = {a.dest for a in parser._actions}
+    for f in dataclasses.fields(NodeConfig):
+        assert f.metadata["help"], f.name
+        assert (f.name in dests) == (f.metadata["flag"] is not None), f.name
+    assert "paper" in describe("completions")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--local", "four"])
+
+
+def test_toml_written_for_the_engine_reads_back_the_same(tmp_path: Path):
+    cfg = build_config({}, {"completions": 6, "relay": "ws://127.0.0.1:9", "task_weights": {"chain_sum": 2.0},
+                            "task_config": {"chain_sum": {"max_terms": 3, "name": "a \"quoted\" one"}},
+                            "tasks": ["chain_sum"], "offline": True})
+    f = tmp_path / "node.toml"
+    f.write_text(to_toml(cfg))
+    assert build_config(load_toml(f), {}) == cfg
+
+
+def test_resolve_auto_leaves_nothing_unset():
+    cfg = resolve_auto(NodeConfig(), 135_000_000, threads=3)
+    assert cfg.threads == 3
+    cfg.check_resolved()
+    with pytest.raises(RuntimeError, match="completions"):
+        NodeConfig().check_resolved()

@@ -70,6 +70,9 @@ MAX_AGE_S = 7 * 24 * 3600.0
 MAX_SHARED_GROUP_BYTES = MAX_FRAME_BYTES // 4
 LEADERBOARD_ROWS = 20
 SPREAD_EPS = 1e-6  # rewards closer than this count as equal
+# A claimed reward is task score + a format bonus in [0, MAX_FORMAT_BONUS] for well-formed answers;
+# receivers refuse groups claiming more (engine/verify.py).
+MAX_FORMAT_BONUS = 0.5
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 ConfigValue = int | float | str | bool | list[int | float | str | bool] | None
