@@ -252,6 +252,7 @@ class Dashboard(QWidget):
 
     def _refresh_cards(self, m: RunModel) -> None:
         recent = m.rounds[-5:]
+        self.card_round.setToolTip(round_tooltip(m.settings))
         self.card_round.set(str(m.current_round) + (f" / {m.round_end}" if m.round_end else ""))
         if recent:
             self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}")
@@ -291,6 +292,16 @@ class Dashboard(QWidget):
             self.refused.setText("Shared answers refused so far — " + ", ".join(parts))
         else:
             self.refused.setText("" if m.relay_connected is None else "No shared answers refused so far.")
+
+
+def round_tooltip(settings: dict) -> str:
+    """What a round is, with this run's I, J and L in plain words."""
+    i, j, l = (settings.get(k, "?") for k in ("local_groups", "external_groups", "completions"))
+    return ("A round: the model answers questions, scores its own answers, and learns from the better ones.\n"
+            f"I = {i}: questions this computer asks itself each round.\n"
+            f"J = {j}: groups of answers taken from other volunteers each round (re-checked here first).\n"
+            f"L = {l}: answers written to each question; learning compares them with each other.\n"
+            "Reward: 1 for a correct answer, plus a small bonus for a well-formed one.")
 
 
 def _table(headers: list[str]) -> QTableWidget:

@@ -1,6 +1,9 @@
 """Screenshots of the app for docs/: the setup wizard's model and swarm pages, and a replayed dashboard.
 
-    python scripts/gui_screenshots.py OUT_DIR [EVENTS.jsonl]
+    python scripts/gui_screenshots.py OUT_DIR [EVENTS.jsonl [NAME]]
+
+saves OUT_DIR/wizard-model.png, wizard-swarm.png and NAME.png (default: dashboard), plus
+NAME-swarm.png with the swarm tab open when the run had a relay.
 
 Run it under Xvfb for real fonts and window decorations (``xvfb-run -a python ...``), or with
 QT_QPA_PLATFORM=offscreen. Set QT_SCALE_FACTOR=2 to check 200 % scaling. The wizard uses a
@@ -20,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     out = Path(sys.argv[1])
     events = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "docs" / "learning-curve.jsonl"
+    name = sys.argv[3] if len(sys.argv) > 3 else "dashboard"
     out.mkdir(parents=True, exist_ok=True)
     os.environ["SAPO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="sapo-shots-")
     from PySide6.QtWidgets import QApplication
@@ -62,8 +66,14 @@ def main() -> int:
     settle(500)
     window.refresh()
     settle(300)
-    window.grab().save(str(out / "dashboard.png"))
-    print(f"saved wizard-model.png, wizard-swarm.png, dashboard.png in {out}")
+    window.grab().save(str(out / f"{name}.png"))
+    saved = ["wizard-model.png", "wizard-swarm.png", f"{name}.png"]
+    if window.model.leaderboard:
+        window.dashboard.tabs.setCurrentIndex(1)
+        settle(300)
+        window.grab().save(str(out / f"{name}-swarm.png"))
+        saved.append(f"{name}-swarm.png")
+    print(f"saved {', '.join(saved)} in {out}")
     return 0
 
 

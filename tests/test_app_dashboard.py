@@ -111,3 +111,13 @@ def test_screenshot_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "app", "--replay", str(tmp_path / "none.jsonl")], env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("sapo: error: cannot read")
+
+
+def test_the_round_tooltip_explains_i_j_l_with_this_runs_values(qtbot):
+    from app.window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show_replay(read_events(CURVE).events, "replay")
+    tip = window.dashboard.card_round.toolTip()
+    assert "I = 4: questions this computer asks itself" in tip and "J = 0" in tip and "L = 4: answers" in tip
