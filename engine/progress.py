@@ -29,6 +29,7 @@ class PhaseReporter:
         self._clock = clock
         self._last = -1e9
         self._key: tuple[int, str] | None = None
+        self._last_count: tuple[int, int] | None = None
         self.round = 0
         self.phase: ev.Phase = "generating"
 
@@ -44,8 +45,10 @@ class PhaseReporter:
     def _send(self, done: int, total: int, force: bool) -> None:
         now = self._clock()
         key = (self.round, self.phase)
+        if key == self._key and (done, total) == self._last_count:
+            return  # nothing new to show
         if force or key != self._key or now - self._last >= self._every:
-            self._key, self._last = key, now
+            self._key, self._last, self._last_count = key, now, (done, total)
             self._emit(ev.PhaseProgress(round=self.round, phase=self.phase, done=done, total=total))
 
 

@@ -20,6 +20,8 @@ def test_phase_reporter_limits_the_rate_but_never_drops_starts_and_ends():
         now[0] += 0.05
         r.progress(done, 16)
     assert [e.done for e in said] == [0, 6, 12, 16]  # the first, one per 0.3 s, and the last
+    r.progress(16, 16)  # the same count again: nothing new to say
+    assert len(said) == 4
     r.start(1, "training")
     r.progress(1, 2)  # too soon after the start: skipped
     r.progress(2, 2)  # the end: always
