@@ -5,6 +5,8 @@ The app learns about hardware and models only from these (it never imports torch
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import msgspec
 from PySide6.QtCore import QObject, Signal
 
@@ -12,44 +14,63 @@ from app.engine_process import engine_program
 from app.guiprocess import GuiProcess
 from app.outcome import Outcome
 from wire import events as ev
-from wire.models import ModelsReport, decode_report
+from wire.models import NodeIdentity, decode_report
 
 
-class ModelsQuery(QObject):
-    """``sapo-engine models --json``; ``done`` gives a ModelsReport, ``failed`` a sentence."""
+class JsonQuery(QObject):
+    """An engine command that prints one JSON object; ``done`` gives it decoded, ``failed`` a sentence."""
 
     done = Signal(object)
     failed = Signal(str)
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, what: str, decode: Callable[[str], Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.process = GuiProcess("Checking this computer", self)
+        self.process = GuiProcess(what, self)
+        self._decode = decode
         self._lines: list[str] = []
         self.process.stdout_line.connect(self._lines.append)
         self.process.finished.connect(self._on_finished)
-        self.report: ModelsReport | None = None
+        self.report: Any = None
 
-    def start(self, measure: bool = False, threads: int | None = None) -> None:
+    def run(self, args: list[str]) -> None:
         program, prefix = engine_program()
-        args = prefix + ["models", "--json"] + (["--measure"] if measure else [])
-        if threads:
-            args += ["--threads", str(threads)]
         self._lines.clear()
-        self.process.start(program, args)
+        self.process.start(program, prefix + args)
 
     def _on_finished(self, outcome: Outcome) -> None:
         if not outcome.ok:
             tail = outcome.stderr_tail[-1:] if outcome.stderr_tail else ()
             self.failed.emit(" ".join((outcome.sentence(), *tail)))
             return
-        for line in reversed(self._lines):  # the report is the last JSON line; libraries may print before it
+        for line in reversed(self._lines):  # the answer is the last JSON line; libraries may print before it
             try:
-                self.report = decode_report(line)
+                self.report = self._decode(line)
             except msgspec.DecodeError:
                 continue
             self.done.emit(self.report)
             return
-        self.failed.emit("The engine's model report could not be read.")
+        self.failed.emit("The engine's answer could not be read.")
+
+
+class ModelsQuery(JsonQuery):
+    """``sapo-engine models --json``: a ModelsReport."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__("Checking this computer", decode_report, parent)
+
+    def start(self, measure: bool = False, threads: int | None = None) -> None:
+        args = ["models", "--json"] + (["--measure"] if measure else [])
+        self.run(args + (["--threads", str(threads)] if threads else []))
+
+
+class IdentityQuery(JsonQuery):
+    """``sapo-engine identity --json``: this node's NodeIdentity (made on first use)."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__("Reading this node's identity", msgspec.json.Decoder(NodeIdentity).decode, parent)
+
+    def start(self, data_dir: str | None) -> None:
+        self.run(["identity", "--json"] + (["--data-dir", data_dir] if data_dir else []))
 
 
 class ModelDownload(QObject):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
                                QSpinBox, QVBoxLayout, QWidget)
@@ -18,14 +20,16 @@ SWARM_CHOICES = (
 
 
 def relay_problem(url: str) -> str | None:
-    """Why a relay URL is unusable, or None (the engine's own check: same rules, same words)."""
-    from engine.errors import SapoError
-    from engine.swarm import check_relay_url
-
+    """Why a relay URL is unusable, or None. The rule of ``engine.swarm.check_relay_url``, kept
+    here so the app stays off the engine's modules; the engine checks again when it starts."""
+    url = url.strip()
     try:
-        check_relay_url(url.strip())
-    except SapoError as exc:
-        return str(exc)
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return f"relay URL has an invalid port: {url!r}"
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        return f"relay URL must look like ws://host:port or wss://host:port, got {url!r}"
     return None
 
 

@@ -77,15 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return app.exec()
 
     from app import settings as store
-    from engine.errors import SapoError
-    from engine.paths import default_threads
+    from engine.errors import SapoError  # what engine.config raises (the settings are the engine's)
 
     try:
         settings = store.load()
     except SapoError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    cores = default_threads()
+    cores = store.physical_cores()
     if args.setup or not settings.setup_done:
         from app.wizard import SetupWizard
 

@@ -8,8 +8,8 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
                                QWidget)
 
 from app.forms import PowerForm, SwarmForm
+from app.engine_tasks import ModelsQuery
 from app.settings import AppSettings
-from engine.catalog import CATALOG  # plain data (no torch)
 
 
 
@@ -27,8 +27,10 @@ class PreferencesDialog(QDialog):
         form = QFormLayout(model_tab)
         self.model = QComboBox()
         self.model.setEditable(True)  # a path to a .gguf file is fine too
-        self.model.addItems([e.name for e in CATALOG])
         self.model.setCurrentText(self.settings.model or "smollm2-135m")
+        self.models = ModelsQuery(self)  # the catalog's names, from the engine
+        self.models.done.connect(self._on_models)
+        self.models.start()
         self.model.setAccessibleName("model")
         form.addRow("Model:", self.model)
         note = QLabel("A model not on this computer yet is downloaded at the next start. "
@@ -47,6 +49,19 @@ class PreferencesDialog(QDialog):
         layout.addWidget(self.buttons)
         self._check()
 
+    def _on_models(self, report) -> None:  # type: ignore[no-untyped-def]
+        current = self.model.currentText()
+        self.model.clear()
+        for m in report.models:
+            self.model.addItem(m.name + ("" if m.fit != "no" else "  (does not fit this computer)"), m.name)
+        self.model.setCurrentText(current)
+
+    def done(self, result: int) -> None:  # noqa: D102
+        if self.models.process.running:
+            self.models.process.kill()
+            self.models.process.wait(3000)
+        super().done(result)
+
     def _check(self) -> None:
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(self.swarm.problem_text() is None)
 
@@ -54,7 +69,7 @@ class PreferencesDialog(QDialog):
         s = copy.deepcopy(self.settings)
         self.power.store(s)
         self.swarm.store(s)
-        s.node["model"] = self.model.currentText().strip() or None
+        s.node["model"] = self.model.currentText().split("  (")[0].strip() or None
         if s.node["model"] is None:
             s.node.pop("model")
         return s

@@ -35,6 +35,17 @@ def config_dir() -> Path:
     return Path(os.environ.get("SAPO_CONFIG_DIR") or platformdirs.user_config_dir("sapo-swarm", appauthor=False))
 
 
+def default_data_dir() -> Path:
+    """Where the engine keeps a node's data when no --data-dir is given (engine.paths, same rule)."""
+    return Path(platformdirs.user_data_dir("sapo-swarm", appauthor=False))
+
+
+def physical_cores() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
 def preset_threads(power: str, physical_cores: int) -> int:
     return max(1, round(physical_cores * POWER_SHARE.get(power, 0.5)))
 

@@ -23,7 +23,7 @@ from app.icon import app_icon
 from app.local_relay import LocalRelay
 from app.outcome import Outcome
 from app.run_model import RunModel
-from app.settings import POWER_WORDS, AppSettings, node_path, preset_threads
+from app.settings import POWER_WORDS, AppSettings, default_data_dir, node_path, preset_threads
 from app.tray import Tray
 from wire import events as ev
 
@@ -138,7 +138,7 @@ class MainWindow(QMainWindow):
 
     def _start_relay(self) -> None:
         if self.relay is None:
-            data = Path(self.settings.data_dir or _default_data_dir()) / "local-relay"
+            data = Path(self.settings.data_dir or default_data_dir()) / "local-relay"
             self.relay = LocalRelay(self.settings.local_relay_port, data, self)
             self.relay.ready.connect(lambda url: self._start_engine())
             self.relay.failed.connect(self._on_relay_failed)
@@ -299,8 +299,3 @@ class MainWindow(QMainWindow):
         self.tray.icon.hide()
         event.accept()
 
-
-def _default_data_dir() -> Path:
-    from engine.paths import default_data_dir
-
-    return default_data_dir()

@@ -6,13 +6,12 @@ and models comes from ``sapo-engine models --json``; it writes ``AppSettings``.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage)
 
-from app.engine_tasks import ModelDownload, ModelsQuery
+from app.engine_tasks import IdentityQuery, ModelDownload, ModelsQuery
 from app.forms import PowerForm, SwarmForm
 from app.icon import app_icon
 from app.settings import AppSettings
@@ -243,8 +242,17 @@ class NamePage(QWizardPage):
         layout.addWidget(self.name)
         layout.addStretch(1)
 
+        self.query = IdentityQuery(self)
+        self.query.done.connect(lambda ident: (self.name.setText(ident.node_name), self.completeChanged.emit()))
+        self.query.failed.connect(self.name.setText)
+
     def initializePage(self) -> None:  # noqa: N802
-        self.name.setText(self.w.display_name())
+        if self.query.report is None and not self.query.process.running:
+            self.name.setText("…")
+            self.query.start(self.w.settings.data_dir)
+
+    def isComplete(self) -> bool:  # noqa: N802
+        return self.query.report is not None
 
 
 class PowerPage(QWizardPage):
@@ -300,14 +308,6 @@ class SetupWizard(QWizard):
         self.hardware_page.text.setText(f"{text}<br><br>Close this window and start SAPO Swarm again; "
                                         "if it keeps happening, run <tt>sapo-engine models</tt> in a terminal.")
 
-    def display_name(self) -> str:
-        from engine.identity import load_or_create_node_id
-        from engine.paths import prepare_data_dir
-        from wire.protocol import display_name
-
-        data_dir = prepare_data_dir(Path(self.settings.data_dir) if self.settings.data_dir else None)
-        return display_name(load_or_create_node_id(data_dir))
-
     def result_settings(self) -> AppSettings:
         s = copy.deepcopy(self.settings)
         model = self.model_page.selected()
@@ -319,7 +319,8 @@ class SetupWizard(QWizard):
         return s
 
     def done(self, result: int) -> None:  # noqa: D102 - leaving stops what still runs
-        for proc in (self.query.process, self.timing.process, self.download_page.download.process):
+        for proc in (self.query.process, self.timing.process, self.download_page.download.process,
+                     self.name_page.query.process):
             if proc.running:
                 proc.kill()
                 proc.wait(3000)

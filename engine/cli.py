@@ -3,6 +3,7 @@
     sapo-engine run [--offline] [--rounds N] [--data-dir DIR] [--events FILE] [--config FILE] [flags]
     sapo-engine models [--json] [--measure]
     sapo-engine download MODEL [--events -]
+    sapo-engine identity [--data-dir DIR] [--json]
     sapo-engine export --data-dir DIR OUT
 
 User errors print one line on stderr and exit 2; nothing else is printed as a traceback
@@ -58,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("model", help="catalog name (see 'sapo-engine models')")
     dl.add_argument("--events", choices=["-"], help="write download events as JSON lines on stdout")
 
+    ident = sub.add_parser("identity", help="this node's id and name (made on first use)")
+    ident.add_argument("--data-dir", type=Path)
+    ident.add_argument("--json", action="store_true", help="one JSON object (wire/models.py NodeIdentity)")
+
     exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
     exp.add_argument("--data-dir", type=Path)
     exp.add_argument("out", type=Path)
@@ -112,6 +117,19 @@ def _download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _identity(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from engine.identity import load_or_create_node_id
+    from wire.models import NodeIdentity
+    from wire.protocol import display_name
+
+    node_id = load_or_create_node_id(prepare_data_dir(args.data_dir))
+    ident = NodeIdentity(node_id, display_name(node_id))
+    print(msgspec.json.encode(ident).decode() if args.json else f"{ident.node_name} ({ident.node_id})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -123,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _models(args)
         if args.command == "download":
             return _download(args)
+        if args.command == "identity":
+            return _identity(args)
         if args.command == "export":
             from engine.export import export
 

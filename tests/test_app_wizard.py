@@ -69,8 +69,10 @@ def test_wizard_with_the_bundled_model_and_a_local_swarm(qtbot, dirs):
     form.swarm.setText("kitchen")
     assert wizard.swarm_page.isComplete()
     wizard.next()
+    qtbot.wait_until(wizard.name_page.isComplete, timeout=120_000)  # a real `sapo-engine identity --json`
     name = wizard.name_page.name.text()
-    assert name.count("-") == 2  # adjective-animal-NN, from this node's identity
+    assert name.count("-") == 2 and name == wizard.name_page.query.report.node_name  # adjective-animal-NN
+    assert (dirs / "data" / "node.json").is_file()  # the engine made this node's identity in its data dir
     wizard.next()
     wizard.power_page.form.buttons["light"].setChecked(True)
     wizard.power_page.form.battery.setChecked(False)
@@ -117,3 +119,7 @@ def test_preferences_edit_the_settings(qtbot, dirs):
                         "token": "t0ken"}
     assert out.only_when_idle and out.power == "full" and out.swarm_kind == "private"
     assert s.node == {"model": "smollm2-135m", "offline": True}  # the original is untouched until saved
+    qtbot.wait_until(lambda: dialog.model.count() > 1, timeout=120_000)  # the catalog, from `models --json`
+    names = [dialog.model.itemData(i) for i in range(dialog.model.count())]
+    assert names[0] == "smollm2-135m" and "qwen2.5-7b" in names
+    assert dialog.model.currentText() == "smollm2-135m"  # the choice survives the list arriving

@@ -1,4 +1,5 @@
-"""``sapo-engine models --json``: this machine, the catalog's fit on it, the recommendation.
+"""``sapo-engine models --json``: this machine, the catalog's fit on it, the recommendation
+(and ``sapo-engine identity --json``: this node's id and name).
 
 The GUI decides nothing about hardware itself (it never imports torch): it runs the engine
 with ``models --json`` and reads this. Same compatibility rules as ``wire.events``: fields
@@ -62,6 +63,13 @@ class ModelsReport(msgspec.Struct, frozen=True):
     recommended: str
     reason: str
     speed: SpeedInfo | None = None
+
+
+class NodeIdentity(msgspec.Struct, frozen=True):
+    """``sapo-engine identity --json``: who this node is (made on first use)."""
+
+    node_id: str
+    node_name: str
 
 
 _decoder = msgspec.json.Decoder(ModelsReport)
