@@ -28,6 +28,16 @@ def _plot(title: str, left: str, parent: QWidget | None) -> pg.PlotWidget:
     return w
 
 
+def integer_rounds(widget: pg.PlotWidget, xs: list[int]) -> None:
+    """Rounds are whole numbers: one tick per round while there are few, automatic ticks after."""
+    span = (max(xs) - min(xs)) if xs else 0
+    axis = widget.getAxis("bottom")
+    if span <= 12:
+        axis.setTickSpacing(1, 1)
+    else:
+        axis.setTickSpacing()  # back to automatic
+
+
 def _faint(color: str) -> QColor:
     c = QColor(color)
     c.setAlpha(90)
@@ -64,6 +74,7 @@ class ProgressChart:
         self._reward_avg.setData(xs, moving_average(reward, AVERAGE_WINDOW) if xs else [])
         self._accuracy_avg.setData(xs, moving_average(accuracy, AVERAGE_WINDOW) if xs else [])
         self._test.setData([e[0] for e in model.evals], [e[1] for e in model.evals])
+        integer_rounds(self.widget, xs + [e[0] for e in model.evals])
 
 
 class _StackedBars:
@@ -84,6 +95,7 @@ class _StackedBars:
             self._bars.append(bar)
 
     def set_rows(self, xs: list[int], rows: list[list[float]]) -> None:
+        integer_rounds(self.widget, xs)
         base = [0.0] * len(xs)
         for bar, heights in zip(self._bars, zip(*rows) if rows else [[] for _ in self._bars]):
             heights = list(heights)
@@ -111,7 +123,7 @@ class TimeChart(_StackedBars):
 class GroupsChart(_StackedBars):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Groups of answers per round", "groups", [
-            ("own", BLUE), ("from the swarm", GREEN), ("refused", RED)], parent)
+            ("own", BLUE), ("from the swarm", GREEN), ("refused", RED)], parent, headroom=1.5)
         # Unused groups are part of own + swarm (all answers scored alike), so they are marks, not a stack.
         self._unused = self.widget.plot(pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen("#222", width=2),
                                         name="not used (answers all alike)")

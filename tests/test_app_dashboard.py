@@ -121,3 +121,19 @@ def test_the_round_tooltip_explains_i_j_l_with_this_runs_values(qtbot):
     window.show_replay(read_events(CURVE).events, "replay")
     tip = window.dashboard.card_round.toolTip()
     assert "I = 4: questions this computer asks itself" in tip and "J = 0" in tip and "L = 4: answers" in tip
+
+
+def test_replay_of_a_swarm_run_fills_the_feed_and_the_leaderboard(qtbot):
+    from app.window import MainWindow
+
+    replay = read_events(ROOT / "docs" / "swarm-demo.jsonl")  # recorded: 2 nodes on a local relay, 5 rounds
+    assert replay.skipped == 0 and any(isinstance(e, ev.PhaseProgress) for e in replay.events)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show_replay(replay.events, "replay")
+    m, d = window.model, window.dashboard
+    assert len(m.rounds) == 5 and sum(r.external for r in m.rounds) > 0
+    sources = {d.feed.item(i, 0).text() for i in range(d.feed.rowCount())}
+    assert "this computer" in sources and len(sources) == 2  # own answers and a peer's, by its name
+    assert d.leaderboard.rowCount() == 2 and d.leaderboard.item(0, 1).text().endswith("(you)")
+    assert m.rank == 1 and d.card_you.value.text() == f"{m.shared_total} / {m.adopted_total}"
