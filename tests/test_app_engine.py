@@ -49,6 +49,11 @@ def test_dashboard_and_controls_on_a_real_engine(qtbot, tmp_path, monkeypatch, m
         assert gen[0].done == 0 and gen[-1].done == gen[-1].total == 4  # 2 questions x 2 answers
         assert d.feed.rowCount() == 2 * rounds() and d.feed.item(0, 0).text() == "this computer"  # answers' feed
 
+        # the power preset while running: the engine takes the new thread count from the next round
+        with qtbot.wait_signal(window.engine.event, timeout=60_000,
+                               check_params_cb=lambda e: isinstance(e, ev.Status) and "threads will be 1" in e.message):
+            window.set_power("light")
+
         # pause: the loop really pauses (the state comes from the engine), no new round starts
         with qtbot.wait_signal(window.engine.state_changed, timeout=ROUND_MS,
                                check_params_cb=lambda s: s == "paused"):
