@@ -109,9 +109,11 @@ class _StackedBars:
 class TimeChart(_StackedBars):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Where each round's time goes", "seconds", [
-            ("writing answers", BLUE), ("learning", ORANGE), ("loading the new model", GREEN),
-            ("practice test", PURPLE), ("other", GREY)], parent, legend_cols=3, headroom=1.6)
+            ("writing answers", BLUE), ("checking answers", SKY), ("learning", ORANGE),
+            ("loading the new model", GREEN), ("practice test", PURPLE), ("other", GREY)], parent, legend_cols=3,
+            headroom=1.6)
         self.widget.setToolTip("Writing answers: the model answers this round's questions.\n"
+                               "Checking answers: each answer is scored against the task's rules.\n"
                                "Learning: it trains on the answers that scored better than their siblings.\n"
                                "Loading the new model: the improved model replaces the old one for the next round.\n"
                                "Practice test: every few rounds, held-out questions check real progress.")
@@ -140,4 +142,4 @@ class GroupsChart(_StackedBars):
 
 
 def _time_row(r: RoundPoint) -> list[float]:
-    return [r.generate_s, r.train_s, r.swap_s, r.evaluate_s, r.other_s]
+    return [r.generate_s, r.score_s, r.train_s, r.swap_s, r.evaluate_s, r.other_s]

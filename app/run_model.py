@@ -47,6 +47,7 @@ class RoundPoint:
     tokens_per_s: float
     # where the round's time went, seconds
     generate_s: float
+    score_s: float
     train_s: float
     swap_s: float
     evaluate_s: float
@@ -129,7 +130,7 @@ class RunModel:
         known = r.gen_s + r.score_s + r.train_s + swap + evaluate
         self.rounds.append(RoundPoint(
             round=r.round, reward=r.reward_mean, accuracy=r.accuracy, tokens_per_s=r.gen_tokens_per_s,
-            generate_s=r.gen_s + r.score_s, train_s=r.train_s, swap_s=swap, evaluate_s=evaluate,
+            generate_s=r.gen_s, score_s=r.score_s, train_s=r.train_s, swap_s=swap, evaluate_s=evaluate,
             other_s=max(0.0, r.round_s - known), round_s=r.round_s,
             own=r.groups, external=r.external_groups, dropped=r.groups_dropped, rejected=r.rejected_groups,
         ))

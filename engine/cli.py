@@ -5,6 +5,7 @@
     sapo-engine download MODEL [--events -]
     sapo-engine identity [--data-dir DIR] [--json]
     sapo-engine export --data-dir DIR OUT
+    sapo-engine verify [settings] GROUP.json
 
 User errors print one line on stderr and exit 2; nothing else is printed as a traceback
 unless it is a bug.
@@ -66,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
     exp.add_argument("--data-dir", type=Path)
     exp.add_argument("out", type=Path)
+
+    ver = sub.add_parser("verify", help="judge one group (a publish frame's group, as JSON) as this node would")
+    ver.add_argument("--config", type=Path, help="TOML settings file; flags override it")
+    add_setting_flags(ver)
+    ver.add_argument("group", type=Path, help="a JSON file holding one wire.protocol.Group")
     return p
 
 
@@ -120,11 +126,11 @@ def _download(args: argparse.Namespace) -> int:
 def _identity(args: argparse.Namespace) -> int:
     import msgspec
 
-    from engine.identity import load_or_create_node_id
+    from engine.identity import load_or_create
+    from wire.identity import display_name
     from wire.models import NodeIdentity
-    from wire.protocol import display_name
 
-    node_id = load_or_create_node_id(prepare_data_dir(args.data_dir))
+    node_id = load_or_create(prepare_data_dir(args.data_dir)).identity.node_id
     ident = NodeIdentity(node_id, display_name(node_id))
     print(msgspec.json.encode(ident).decode() if args.json else f"{ident.node_name} ({ident.node_id})")
     return 0
@@ -148,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             export(prepare_data_dir(args.data_dir), args.out)
             return 0
+        if args.command == "verify":
+            from engine.verify_cmd import verify_file
+
+            return verify_file(args)
         raise SapoError(f"unknown command {args.command!r}")
     except SapoError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -279,6 +279,7 @@ def recommend(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG,
     ``round_s`` (expected seconds per round, see engine.speed) weighs speed in: then the
     largest fitting model with rounds under TARGET_ROUND_S, or the fastest fitting one.
     """
+    catalog = tuple(e for e in catalog if e.auto_pick)  # models under their own terms only when named
     if not catalog:
         raise SapoError("the model catalog is empty")
     fits = [fit(e, hw) for e in catalog]
@@ -420,6 +421,9 @@ def format_catalog(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG) ->
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
     lines.append("")
     lines.append(f"* recommended: {rec.reason}")
+    terms = [e for e in catalog if e.licence]
+    if terms:
+        lines.append(f"{', '.join(e.name for e in terms)}: {terms[0].licence}; used only when named with --model.")
     lines.append("Memory needs: 'measured' rows use figures measured on a real run; others are estimates "
                  "(formula in engine/catalog.py; batch of 8 x 1k-token completions, LoRA micro-batch 4 x 1k).")
     return "\n".join(line.rstrip() for line in lines)

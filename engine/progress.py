@@ -13,7 +13,7 @@ from typing import Callable
 from engine.groups import ScoredGroup
 from engine.rewards import extract_answer
 from wire import events as ev
-from wire.protocol import display_name
+from wire.identity import display_name
 
 EVERY_S = 0.3  # at most ~3 progress events a second
 QUESTION_CHARS = 300

@@ -90,9 +90,11 @@ class RolloutGenerator:
         self.rng = np.random.default_rng(seed)
 
     def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams,
-                 progress: Callable[[int, int], None] | None = None) -> list[list[Completion]]:
+                 greedy: int = 0, progress: Callable[[int, int], None] | None = None) -> list[list[Completion]]:
         """n completions for each prompt (token ids), in prompt order.
 
+        The first ``greedy`` of each prompt's completions are greedy (argmax), the rest sampled
+        with ``params``: evaluation gets greedy and sampled answers from one shared prompt decode.
         ``progress(done, total)`` is called after each decoding step with finished sequences
         of all ``len(prompts) * n`` (callers rate-limit what they show).
         """
@@ -103,7 +105,7 @@ class RolloutGenerator:
         for chunk in self._pack(prompts, n, params.max_tokens):
             before = len(out) * n
             report = (lambda d, _b=before: progress(_b + d, total)) if progress is not None else None
-            groups = self._generate_batch([prompts[i] for i in chunk], n, params, report)
+            groups = self._generate_batch([prompts[i] for i in chunk], n, params, greedy, report)
             tokens += sum(len(c.token_ids) for g in groups for c in g)
             out.extend(groups)
         self.last = RolloutStats(tokens, time.perf_counter() - t0, len(prompts) * n)
@@ -127,7 +129,7 @@ class RolloutGenerator:
         return batches
 
     def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams,
-                        progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
+                        greedy: int = 0, progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         llm = self.llm
         llm.clear()
         seqs: list[_Seq] = []
@@ -140,6 +142,7 @@ class RolloutGenerator:
                 logits[self.llm.eog_ids] = -np.inf
             rows = np.broadcast_to(logits, (n, logits.shape[0]))
             firsts = sample_tokens(rows, self.rng, params.temperature, params.top_k, params.top_p)
+            firsts[:greedy] = int(logits.argmax())
             for tok in firsts:
                 seq = _Seq(prompt_len=len(prompt))
                 self._push(seq, int(tok), params)
@@ -161,6 +164,9 @@ class RolloutGenerator:
                 if short:
                     logits[np.ix_(short, self.llm.eog_ids)] = -np.inf
             nxt = sample_tokens(logits, self.rng, params.temperature, params.top_k, params.top_p)
+            if greedy:
+                rows_g = [j for j, i in enumerate(live) if i % n < greedy]
+                nxt[rows_g] = logits[rows_g].argmax(axis=1)
             for i, tok in zip(live, nxt):
                 self._push(seqs[i], int(tok), params)
         llm.clear()

@@ -20,21 +20,21 @@ from engine.catalog import CatalogEntry, bundled_entry
 from engine.config import TINY_PARAMS
 
 GEN_SEQS, GEN_TOKENS = 8, 32  # the generation probe: one batch
-TRAIN_SEQS, TRAIN_PROMPT, TRAIN_COMPLETION = 4, 96, 32  # the training probe: one micro-batch
+TRAIN_SEQS, TRAIN_PROMPT, TRAIN_COMPLETION = 4, 96, 32  # the training probe: one group, one micro-batch
 ANSWER_FILL = 0.5  # answers end at </answer> well before max_tokens, about half way on average
 PROMPT_TOKENS = {True: 350, False: 150}  # per prompt: tiny models get 2 worked examples in it
 ROUND_GROUPS = 8  # I + J at their defaults (4 + 4)
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: training measured with the shared-prefix trainer
 
 
 @dataclass(frozen=True)
 class Speed:
     gen_tokens_per_s: float  # new tokens per second, batch of GEN_SEQS, bundled model
-    train_tokens_per_s: float  # tokens (prompt + completion) per second through a LoRA step
+    train_tokens_per_s: float  # tokens per second through a LoRA step (a group's prompt counted once)
     threads: int
     measured_at: float
-    how: str = f"bundled model: {GEN_SEQS} x {GEN_TOKENS} tokens generated, one LoRA step on {TRAIN_SEQS} x " \
-               f"{TRAIN_PROMPT + TRAIN_COMPLETION} tokens"
+    how: str = f"bundled model: {GEN_SEQS} x {GEN_TOKENS} tokens generated, one LoRA step on a {TRAIN_PROMPT}-token " \
+               f"prompt with {TRAIN_SEQS} x {TRAIN_COMPLETION}-token answers"
 
 
 def estimate_round_s(entry: CatalogEntry, speed: Speed) -> float:
@@ -45,7 +45,7 @@ def estimate_round_s(entry: CatalogEntry, speed: Speed) -> float:
     answer = max_tokens * ANSWER_FILL
     scale = entry.n_params / bundled_entry().n_params
     generate = seqs * answer / speed.gen_tokens_per_s * scale
-    train = seqs * (PROMPT_TOKENS[tiny] + answer) / speed.train_tokens_per_s * scale
+    train = (ROUND_GROUPS * PROMPT_TOKENS[tiny] + seqs * answer) / speed.train_tokens_per_s * scale  # shared prefix
     return generate + train
 
 
@@ -68,7 +68,7 @@ def measure(cache_dir: Path, threads: int) -> Speed:
     import torch
 
     from engine.download import ensure_model
-    from engine.groups import TrainSequence
+    from engine.groups import TrainGroup
     from engine.llm import LlamaModel
     from engine.policy import attach_lora, load_base, lora_config
     from engine.rollout import RolloutGenerator, SamplingParams
@@ -89,12 +89,13 @@ def measure(cache_dir: Path, threads: int) -> Speed:
     policy = attach_lora(load_base(path, cache_dir / "torch"), lora_config(16, 32.0, 0.0, [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     trainer = Trainer(policy, TrainConfig(micro_batch=TRAIN_SEQS))
-    samples = [TrainSequence(list(range(10, 10 + TRAIN_PROMPT)), list(range(200, 200 + TRAIN_COMPLETION)),
-                             1.0 if i % 2 else -1.0) for i in range(TRAIN_SEQS)]
-    trainer.step(samples[:1])  # warm-up: first-call allocations are not a round's cost
+    group = TrainGroup(list(range(10, 10 + TRAIN_PROMPT)),
+                       [list(range(200 + i, 200 + i + TRAIN_COMPLETION)) for i in range(TRAIN_SEQS)],
+                       [1.0 if i % 2 else -1.0 for i in range(TRAIN_SEQS)])
+    trainer.step([TrainGroup(group.prompt_ids, group.completions[:2], [1.0, -1.0])])  # warm-up: first-call costs
     t0 = time.perf_counter()
-    trainer.step(samples)
-    train_tps = TRAIN_SEQS * (TRAIN_PROMPT + TRAIN_COMPLETION) / (time.perf_counter() - t0)
+    trainer.step([group])
+    train_tps = (TRAIN_PROMPT + TRAIN_SEQS * TRAIN_COMPLETION) / (time.perf_counter() - t0)
     speed = Speed(round(gen_tps, 2), round(train_tps, 2), threads, round(time.time(), 3))
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = cache_file(cache_dir).with_suffix(".tmp")

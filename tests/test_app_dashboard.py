@@ -44,11 +44,11 @@ def test_the_model_follows_a_run():
     sample = ev.RolloutSample(task="basic_arithmetic", question="What is 2+2?", answer="4", reward=1.1, correct=True,
                               source="brave-otter-12")
     m.apply(_round(1, external_groups=2, rejected_groups=1, rejected_reasons={"reward_mismatch": 1},
-                   relay_connected=True, peers=3, eval_s=1.0, round_s=9.0, rollouts=[sample]))
+                   relay_connected=True, peers=3, eval_s=1.0, round_s=9.5, score_s=0.5, rollouts=[sample]))
     point = m.rounds[-1]
     assert (point.own, point.external, point.dropped, point.rejected) == (4, 2, 1, 1)
-    assert point.generate_s == 2.0 and point.swap_s == pytest.approx(0.1) and point.evaluate_s == 1.0
-    assert point.other_s == pytest.approx(9.0 - 2.0 - 5.0 - 0.1 - 1.0)
+    assert point.generate_s == 2.0 and point.score_s == 0.5 and point.swap_s == pytest.approx(0.1) and point.evaluate_s == 1.0
+    assert point.other_s == pytest.approx(9.5 - 2.0 - 0.5 - 5.0 - 0.1 - 1.0)
     assert m.phase is None and m.peers == 3 and m.feed[0] == sample
     assert m.rejected_reasons == {"reward_mismatch": 1}
     m.apply(ev.Swarm(peers_online=5, groups_per_minute=2.0, rank=2,

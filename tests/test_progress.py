@@ -8,7 +8,8 @@ from engine.rewards import Score
 from engine.node import swarm_event
 from engine.tasks import Question
 from wire import events as ev
-from wire.protocol import LeaderboardRow, StatsReply, TaskSpec, display_name
+from wire.identity import display_name
+from wire.protocol import LeaderboardRow, StatsReply, TaskSpec
 
 
 def test_phase_reporter_limits_the_rate_but_never_drops_starts_and_ends():
@@ -46,7 +47,7 @@ def test_feed_takes_the_best_answer_of_own_and_received_groups():
 
 def test_swarm_event_ranks_this_node_and_names_peers_from_their_ids():
     me, other = "ab" * 16, "cd" * 16
-    row = lambda node, shared, adopted: LeaderboardRow(node_id=node, name="IGNORED", groups_shared=shared,  # noqa: E731
+    row = lambda node, shared, adopted: LeaderboardRow(node_id=node, groups_shared=shared,  # noqa: E731
                                                        groups_adopted=adopted, rounds=3, mean_reward=0.5,
                                                        last_seen=1.0)
     stats = StatsReply(peers_online=2, groups_per_minute=1.234, leaderboard=[row(other, 9, 5), row(me, 4, 2)],
