@@ -95,12 +95,16 @@ class ModelPage(QWizardPage):
         self.table.setWordWrap(False)
         self.table.setAccessibleName("models")
         self.table.itemSelectionChanged.connect(self.completeChanged)
+        self.table.itemSelectionChanged.connect(self._show_terms)
         self.reason = _label()
+        self.terms = _label()
+        self.terms.setStyleSheet("color: #8a4b00")
         self.timing = _label("Estimating each model's round time on this computer (once, about a minute)…")
         self.timing.setStyleSheet("color: #555")
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.reason)
+        layout.addWidget(self.terms)
         layout.addWidget(self.timing)
         self._touched = False
         self.table.itemClicked.connect(lambda *_: setattr(self, "_touched", True))
@@ -109,12 +113,13 @@ class ModelPage(QWizardPage):
         keep = self.selected() if self._touched else None
         self.table.setRowCount(len(report.models))
         for i, m in enumerate(report.models):
-            name = m.display_name.replace(" (bundled)", "") + ("  ★ recommended" if m.recommended else "")
+            name = (m.display_name.replace(" (bundled)", "") + ("  ★ recommended" if m.recommended else "")
+                    + ("  (own licence terms)" if m.licence else ""))
             cells = (name, "included with the app" if m.bundled else f"{m.file_size_bytes / 1e6:,.0f} MB", gib(m.needed_bytes),
                      fit_text(m), duration(m.round_s), "yes" if m.downloaded else "no")
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(m.why or text)
+                item.setToolTip("\n".join(x for x in (m.why or text, m.licence) if x))
                 item.setData(Qt.ItemDataRole.UserRole, m.name)
                 if m.fit == "no":
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
@@ -128,6 +133,11 @@ class ModelPage(QWizardPage):
             self.timing.setText("Round times are estimates, scaled from a short test of the included model on "
                                 "this computer.")
         self.completeChanged.emit()
+
+    def _show_terms(self) -> None:
+        report, name = self.w.report, self.selected()
+        m = next((x for x in report.models if x.name == name), None) if report else None
+        self.terms.setText(f"This model comes under its own terms: {m.licence}." if m and m.licence else "")
 
     def set_timing_text(self, text: str) -> None:
         self.timing.setText(text)

@@ -26,7 +26,7 @@ def build_report(hw: Hardware, speed: Speed | None, catalog: tuple[CatalogEntry,
             downloaded=cached_path(entry) is not None, fit=state, needed_bytes=f.needed_bytes,
             budget_bytes=f.budget_bytes, why=f.why,
             round_s=round(round_s(entry), 1) if round_s is not None else None,
-            recommended=entry is rec.entry,
+            recommended=entry is rec.entry, licence=entry.licence,
         ))
     hardware = HardwareInfo(
         summary=hw.summary(), os=hw.os, cpu_name=hw.cpu_name, cpu_physical=hw.cpu_physical,

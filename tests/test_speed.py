@@ -84,3 +84,9 @@ def test_no_model_and_no_network_means_the_bundled_model_at_once(monkeypatch):
 
 def test_catalog_has_one_bundled_model():
     assert sum(e.bundled for e in CATALOG) == 1
+
+
+def test_models_under_their_own_terms_say_so_and_are_never_the_pick():
+    report = build_report(_cpu(cores=8, ram_gib=64), None)
+    gemma = [m for m in report.models if m.licence]
+    assert gemma and all("Gemma Terms of Use" in m.licence and not m.recommended for m in gemma)

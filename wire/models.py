@@ -48,6 +48,7 @@ class ModelInfo(msgspec.Struct, frozen=True):
     why: str = ""  # why not, when fit == "no"
     round_s: float | None = None  # expected seconds per round here; None when not measured
     recommended: bool = False
+    licence: str = ""  # terms the user accepts by choosing it, where not a plain open licence
 
 
 class SpeedInfo(msgspec.Struct, frozen=True):
