@@ -20,8 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from relay_process import RelayProcess  # noqa: E402
+
+from engine.identity import install  # noqa: E402
+from wire.identity import Identity  # noqa: E402
 
 
 def run_config(name: str, nodes: int, rounds: int, local: int, external: int, relay: RelayProcess | None,
@@ -30,7 +34,7 @@ def run_config(name: str, nodes: int, rounds: int, local: int, external: int, re
     for i in range(nodes):
         data = workdir / f"{name}-{i}"
         data.mkdir(parents=True)
-        (data / "node.json").write_text(json.dumps({"node_id": f"{i:x}" * 32}))
+        install(data, Identity.from_seed(bytes([i + 1]) * 32))  # node i: the same id, so questions, in both runs
         events = workdir / f"{name}-{i}.jsonl"
         swarm = ["--relay", relay.url, "--swarm", name] if relay else ["--offline"]
         cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--rounds", str(rounds),

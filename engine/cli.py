@@ -3,6 +3,7 @@
     sapo-engine run [--offline] [--rounds N] [--data-dir DIR] [--events FILE] [--config FILE] [flags]
     sapo-engine models
     sapo-engine export --data-dir DIR OUT
+    sapo-engine verify [settings] GROUP.json
 
 User errors print one line on stderr and exit 2; nothing else is printed as a traceback
 unless it is a bug.
@@ -52,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
     exp.add_argument("--data-dir", type=Path)
     exp.add_argument("out", type=Path)
+
+    ver = sub.add_parser("verify", help="judge one group (a publish frame's group, as JSON) as this node would")
+    ver.add_argument("--config", type=Path, help="TOML settings file; flags override it")
+    add_setting_flags(ver)
+    ver.add_argument("group", type=Path, help="a JSON file holding one wire.protocol.Group")
     return p
 
 
@@ -72,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             export(prepare_data_dir(args.data_dir), args.out)
             return 0
+        if args.command == "verify":
+            from engine.verify_cmd import verify_file
+
+            return verify_file(args)
         raise SapoError(f"unknown command {args.command!r}")
     except SapoError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

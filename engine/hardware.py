@@ -269,6 +269,7 @@ class Recommendation:
 
 def recommend(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG) -> Recommendation:
     """The largest catalog model (by parameters) that fits; earlier catalog entries win ties."""
+    catalog = tuple(e for e in catalog if e.auto_pick)  # models under their own terms only when named
     if not catalog:
         raise SapoError("the model catalog is empty")
     fits = [fit(e, hw) for e in catalog]
@@ -396,6 +397,9 @@ def format_catalog(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG) ->
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
     lines.append("")
     lines.append(f"* recommended: {rec.reason}")
+    terms = [e for e in catalog if e.licence]
+    if terms:
+        lines.append(f"{', '.join(e.name for e in terms)}: {terms[0].licence}; used only when named with --model.")
     lines.append("Memory needs: 'measured' rows use figures measured on a real run; others are estimates "
                  "(formula in engine/catalog.py; batch of 8 x 1k-token completions, LoRA micro-batch 4 x 1k).")
     return "\n".join(line.rstrip() for line in lines)

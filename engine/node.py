@@ -15,7 +15,9 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 - easy preset: easier task settings for models under 0.5B, which score ~0 on the defaults.
 - Q4_0 working copy: a Q4_1 GGUF is requantized to Q4_0 for faster sampling (engine/weights.py).
 - external groups are re-verified and re-scored by the receiver (the paper trusts peers); the
-  receiver trains on its own scores, never the sender's claims.
+  receiver trains on its own scores, never the sender's claims, with its own L and max_tokens,
+  and external tokens are at most ``external_token_share`` of an update (engine/verify.py).
+- all scoring, own and external, runs in sandbox worker processes (engine/sandbox.py).
 - one policy update per round with ratio 1 (``iterations`` = 1): the clip only acts with more.
 - the budget I + J is kept when the swarm gives fewer than J groups (more own questions).
 """
@@ -23,7 +25,6 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,6 +34,7 @@ import msgspec
 import torch
 from peft import get_peft_model_state_dict
 
+from engine.accel import choose_device, choose_dtype, gpu_layers, memory_budget
 from engine.adapter import AdapterSync
 from engine.checkpoint import CheckpointStore, NodeState, lora_digest
 from engine.config import NodeConfig
@@ -40,20 +42,22 @@ from engine.errors import SapoError
 from engine.evaluate import evaluate
 from engine.events import EventLog
 from engine.groups import Completion, ScoredGroup, summarize
-from engine.grpo import build_sequences
+from engine.grpo import build_groups
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
-from engine.rewards import Score, score_completion
+from engine.rewards import Score, extract_answer, make_score
 from engine.rollout import RolloutGenerator, SamplingParams
 from engine.swarm import SwarmClient
 from engine.trainer import TrainConfig, Trainer
-from engine.verify import verify_group
-from engine.tasks import (Question, QuestionStream, StreamState, TaskEntry, build_messages, build_mix, derive_seed,
-                          fewshot_messages, heldout_set, scorer_for)
+from engine.safe_scoring import capped
+from engine.sandbox import Job, Sandbox
+from engine.tasks import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
+from engine.verify import Verifier, cap_external_tokens
 from wire import events as ev
-from wire.protocol import Group, has_spread
+from wire.protocol import Group, group_digest, has_spread
 
 MAX_SEQS_PER_BATCH = 64
+SANDBOX_WORKERS = 2  # one stuck on a hostile group's timeout leaves the other scoring
 
 
 class Node:
@@ -68,31 +72,42 @@ class Node:
         self.node_id = node_id
         self.events = events
         self.mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
+        self.sandbox = Sandbox(SANDBOX_WORKERS)  # workers load reasoning-gym while the model loads
         self.heldout = heldout_set(self.mix, cfg.eval_per_task)
+        self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
         self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)
         budget = cfg.local_groups + cfg.external_groups
         n_seq = min(MAX_SEQS_PER_BATCH, max(budget * cfg.completions, 2))
-        self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads)
+        self.device = choose_device(cfg.device)
+        self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads,
+                              n_gpu_layers=gpu_layers(cfg.gpu_layers, self.device))
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
-        self._fewshot: dict[str, list[dict[str, str]]] = {}
+        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens)
         self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
                                model=model_name)
 
         torch.manual_seed(derive_seed("lora-init", node_id, cfg.seed) % 2**31)
         torch.set_num_threads(threads)
-        base = load_base(model_path, cache_dir / "torch")
+        self.train_dtype = choose_dtype(cfg.train_dtype, self.device)
+        base = load_base(model_path, cache_dir / "torch", dtype=self.train_dtype, device=self.device)
         self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
         self.trainer = Trainer(self.policy, TrainConfig(
             learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, micro_batch=cfg.micro_batch, iterations=cfg.iterations,
-            eps_low=cfg.eps_low, eps_high=cfg.eps_high))
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high, checkpointing=cfg.checkpointing,
+            memory_budget=memory_budget(cfg.train_memory_mb, self.device)))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm
+        self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
+                                 detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
+                                 completions=cfg.completions, max_tokens=cfg.max_tokens,
+                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task)
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
+        self.score_s = 0.0  # scoring time since the round began (own groups and verified external ones)
         self._resume()
 
     @property
@@ -115,24 +130,25 @@ class Node:
                                    lora_digest=lora_digest(get_peft_model_state_dict(self.policy))))
 
     # --- prompts and scoring ---
-    def prompt_ids(self, q: Question) -> list[int]:
-        """The node's own prompt for a question: its chat template, its few-shot examples."""
-        key = q.spec.dataset + json.dumps(q.spec.config, sort_keys=True)
-        shots = self._fewshot.get(key)
-        if shots is None:
-            entry = TaskEntry(q.spec.dataset, config=dict(q.spec.config))
-            shots = self._fewshot[key] = fewshot_messages(entry, self.cfg.fewshot)
-        return self.llm.prompt_tokens(build_messages(q.question, shots))
-
-    def score(self, q: Question, completions: list[Completion]) -> list[Score]:
-        scorer = scorer_for(q.spec)
-        return [score_completion(scorer, q.entry, c.text, self.cfg.format_bonus) for c in completions]
+    def score(self, groups: list[tuple[Question, list[Completion]]]) -> list[list[Score]]:
+        """Scores for each group's completions: one sandbox job per group, run in parallel."""
+        jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]
+        t0 = time.perf_counter()
+        results = self.sandbox.run(jobs)
+        self.score_s += time.perf_counter() - t0
+        out = []
+        for (q, cs), result in zip(groups, results):
+            if not result.ok:  # our own model wrote something a scorer choked on: those answers score 0
+                self.events.warning(f"scoring a {q.spec.dataset} group failed ({result.reason}); its answers score 0")
+            out.append([make_score(ts, c.text, self.cfg.format_bonus) for ts, c in zip(result.scores, cs)])
+        return out
 
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
-                n: int | None = None) -> list[ScoredGroup]:
+                n: int | None = None, greedy: int = 0) -> list[ScoredGroup]:
         prompts = [self.prompt_ids(q) for q in questions]
-        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params)
-        return [ScoredGroup(q, p, cs, self.score(q, cs)) for q, p, cs in zip(questions, prompts, outs)]
+        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params, greedy)
+        scores = self.score(list(zip(questions, outs)))
+        return [ScoredGroup(q, p, cs, sc) for q, p, cs, sc in zip(questions, prompts, outs, scores)]
 
     # --- the loop ---
     def evaluate(self) -> dict[str, Any]:
@@ -142,14 +158,17 @@ class Node:
         self.events.emit(msgspec.convert({"round": self.round, **result}, ev.Eval))
         self.state.history.append({"type": "eval", "round": self.round,
                                    "eval_accuracy": result["eval_accuracy"],
-                                   "eval_sampled_reward": result["eval_sampled_reward"]})
+                                   "eval_sampled_reward": result["eval_sampled_reward"],
+                                   "eval_sampled_accuracy": result["eval_sampled_accuracy"]})
         return result
 
     def run_round(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         rnd = self.round + 1
+        eval_s = 0.0
         if self.round == 0 and self.cfg.eval_every and not self.state.history:
-            self.evaluate()  # the baseline, before any training
+            eval_s += self.evaluate()["eval_s"]  # the baseline, before any training
+        self.score_s = 0.0
         # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
         external, rejected = self._external_groups()
         # 2. rollouts on our own questions
@@ -157,15 +176,23 @@ class Node:
         n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
         groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
+        external, over_share = cap_external_tokens(groups, external, self.cfg.external_token_share)
+        if over_share:
+            rejected["token_share"] += len(over_share)
+            self.rejected_total["token_share"] += len(over_share)
         self.pause_point()
         # 3. share our groups (plain text) with the swarm
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
-        samples, dropped = build_sequences(groups + external)
+        score_s = self.score_s
+        train_groups, dropped = build_groups(groups + external)
         self.pause_point()
-        train = self.trainer.step(samples)
+        train = self.trainer.step(train_groups)
+        self._report(rnd, external)
+        for g in external:
+            self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
-        swap_ms = self.sync.sync(self.policy) if samples else 0.0
+        swap_ms = self.sync.sync(self.policy) if train.tokens else 0.0
         summary = summarize(groups)
         self.state.round = rnd
         self.state.stream = dataclasses.asdict(self.stream.state)
@@ -173,7 +200,7 @@ class Node:
                                    "loss": round(train.loss, 6)})
         # 6. held-out evaluation when due (before the checkpoint, so that its history has it)
         if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
-            self.evaluate()
+            eval_s += self.evaluate()["eval_s"]
         t_ckpt = time.perf_counter()
         self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
         metrics: dict[str, Any] = {
@@ -184,7 +211,10 @@ class Node:
             "gen_s": round(gen.seconds, 3),
             "gen_tokens_per_s": round(gen.tokens_per_s, 1),
             "loss": train.loss,
+            "score_s": round(score_s, 3),
             "train_s": round(train.seconds, 3),
+            "train_prompt_tokens": train.prompt_tokens,
+            "train_completion_tokens": train.tokens,
             "swap_ms": round(swap_ms, 2),
             "checkpoint_ms": round((time.perf_counter() - t_ckpt) * 1000, 1),
             "groups_trained": len(groups) + len(external) - dropped,
@@ -196,6 +226,8 @@ class Node:
             "per_task": _per_task(groups),
             **self._swarm_metrics(rnd, external, rejected, shared),
         }
+        if eval_s:
+            metrics["eval_s"] = round(eval_s, 2)
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
         self.events.emit(msgspec.convert(metrics, ev.Round))
         return metrics
@@ -208,16 +240,26 @@ class Node:
             return [], rejected
         tasks = None if self.cfg.external_any_task else sorted({e.dataset for e in self.mix})
         out = []
+        screened = []
         for shared in self.swarm.sample(self.cfg.external_groups, tasks):
-            verdict = verify_group(shared.group, self.cfg.format_bonus)
-            if not verdict.ok or verdict.question is None:
+            # Authorship first: nothing of a group is looked at before its signature checks out.
+            reason = self.swarm.screen(shared)
+            if reason is None:
+                screened.append(shared)
+                continue
+            rejected[reason] += 1
+            if reason == "bad_signature":
+                self.rejected_by_sender[shared.node_id] += 1  # the claimed sender: unproven
+        # Re-encoded with our own tokenizer and template: the sender may run another model.
+        t0 = time.perf_counter()
+        verdicts = self.verifier.check_many([s.group for s in screened])  # re-scores every completion
+        self.score_s += time.perf_counter() - t0
+        for shared, verdict in zip(screened, verdicts):
+            if not verdict.ok:
                 rejected[verdict.reason or "bad_spec"] += 1
                 self.rejected_by_sender[shared.node_id] += 1
                 continue
-            # Re-encoded with our own tokenizer and template: the sender may run another model.
-            completions = [Completion(t, self.llm.tokenize(t), "external") for t in shared.group.completions]
-            out.append(ScoredGroup(verdict.question, self.prompt_ids(verdict.question), completions, verdict.scores,
-                                   source=shared.node_id))
+            out.append(dataclasses.replace(verdict.group(source=shared.node_id), digest=group_digest(shared.group)))
         self.rejected_total.update(rejected)
         return out, rejected
 
@@ -230,8 +272,12 @@ class Node:
                       round=rnd)
                 for g in groups if has_spread(g.rewards)]
         ack = self.swarm.publish(wire)
-        self.swarm.report(rnd)
         return ack.accepted if ack is not None else 0
+
+    def _report(self, rnd: int, external: list[ScoredGroup]) -> None:
+        """Signed to the relay: the round is done, and these peers' groups were trained (their adoption)."""
+        if self.swarm is not None:
+            self.swarm.report(rnd, [g.digest for g in external if g.digest and has_spread(g.rewards)])
 
     def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
         if self.swarm is None:
@@ -260,6 +306,7 @@ class Node:
     def close(self) -> None:
         if self.swarm is not None:
             self.swarm.close()
+        self.sandbox.close()
         self.llm.close()
 
 

@@ -58,13 +58,12 @@ def is_well_formed(text: str) -> bool:
     )
 
 
-def task_score(scorer: Scorer, entry: dict[str, Any], text: str) -> float:
-    """reasoning-gym's score for the extracted answer, clamped to [0, 1].
+def answer_score(scorer: Scorer, entry: dict[str, Any], answer: str | None) -> float:
+    """reasoning-gym's score for an extracted answer, clamped to [0, 1].
 
     A missing answer scores 0 here even where a dataset would give a courtesy
     credit for ``None``: no tag, no reward.
     """
-    answer = extract_answer(text)
     if answer is None:
         return 0.0
     try:
@@ -76,12 +75,21 @@ def task_score(scorer: Scorer, entry: dict[str, Any], text: str) -> float:
     return min(1.0, max(0.0, value))
 
 
-def score_completion(scorer: Scorer, entry: dict[str, Any], text: str, format_bonus: float = 0.0) -> Score:
-    ts = task_score(scorer, entry, text)
+def task_score(scorer: Scorer, entry: dict[str, Any], text: str) -> float:
+    """``answer_score`` of a completion's answer."""
+    return answer_score(scorer, entry, extract_answer(text))
+
+
+def make_score(task_score: float, text: str, format_bonus: float = 0.0) -> Score:
+    """A completion's Score from its task score (computed elsewhere, e.g. in the sandbox)."""
     formed = is_well_formed(text)
     return Score(
-        reward=ts + (format_bonus if formed else 0.0),
-        task_score=ts,
-        correct=ts >= 1.0,
+        reward=task_score + (format_bonus if formed else 0.0),
+        task_score=task_score,
+        correct=task_score >= 1.0,
         well_formed=formed,
     )
+
+
+def score_completion(scorer: Scorer, entry: dict[str, Any], text: str, format_bonus: float = 0.0) -> Score:
+    return make_score(task_score(scorer, entry, text), text, format_bonus)

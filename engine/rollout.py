@@ -89,13 +89,18 @@ class RolloutGenerator:
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
-        """n completions for each prompt (token ids), in prompt order."""
+    def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams,
+                 greedy: int = 0) -> list[list[Completion]]:
+        """n completions for each prompt (token ids), in prompt order.
+
+        The first ``greedy`` of each prompt's completions are greedy (argmax), the rest sampled
+        with ``params``: evaluation gets greedy and sampled answers from one shared prompt decode.
+        """
         t0 = time.perf_counter()
         out: list[list[Completion]] = []
         tokens = 0
         for chunk in self._pack(prompts, n, params.max_tokens):
-            groups = self._generate_batch([prompts[i] for i in chunk], n, params)
+            groups = self._generate_batch([prompts[i] for i in chunk], n, params, greedy)
             tokens += sum(len(c.token_ids) for g in groups for c in g)
             out.extend(groups)
         self.last = RolloutStats(tokens, time.perf_counter() - t0, len(prompts) * n)
@@ -118,7 +123,8 @@ class RolloutGenerator:
             cells += need
         return batches
 
-    def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams,
+                        greedy: int = 0) -> list[list[Completion]]:
         llm = self.llm
         llm.clear()
         seqs: list[_Seq] = []
@@ -131,6 +137,7 @@ class RolloutGenerator:
                 logits[self.llm.eog_ids] = -np.inf
             rows = np.broadcast_to(logits, (n, logits.shape[0]))
             firsts = sample_tokens(rows, self.rng, params.temperature, params.top_k, params.top_p)
+            firsts[:greedy] = int(logits.argmax())
             for tok in firsts:
                 seq = _Seq(prompt_len=len(prompt))
                 self._push(seq, int(tok), params)
@@ -150,6 +157,9 @@ class RolloutGenerator:
                 if short:
                     logits[np.ix_(short, self.llm.eog_ids)] = -np.inf
             nxt = sample_tokens(logits, self.rng, params.temperature, params.top_k, params.top_p)
+            if greedy:
+                rows_g = [j for j, i in enumerate(live) if i % n < greedy]
+                nxt[rows_g] = logits[rows_g].argmax(axis=1)
             for i, tok in zip(live, nxt):
                 self._push(seqs[i], int(tok), params)
         llm.clear()

@@ -14,10 +14,10 @@ from engine.config import build_config, flag_settings, load_toml, resolve_auto
 from engine.errors import SapoError
 from engine.events import EventLog, terminal_printer
 from engine.paths import default_cache_dir, default_threads, prepare_data_dir
-from engine.identity import load_or_create_node_id
+from engine.identity import load_or_create
 from engine.tasks import build_mix
 from wire import events as ev
-from wire.protocol import display_name
+from wire.identity import display_name
 
 
 def resolve_model_file(choice: str | None) -> tuple[Path, str]:
@@ -57,6 +57,10 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     file_values = load_toml(args.config) if args.config else {}
     cfg = build_config(file_values, flag_settings(args))
     data_dir = prepare_data_dir(args.data_dir)
+    loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
+    node_id = loaded.identity.node_id
+    if loaded.note:
+        events.status(loaded.note)
     if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
         from engine.swarm import check_relay_url
 
@@ -65,18 +69,19 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 
     from engine.hardware import tune_allocator
-    from engine.modelfile import inspect_gguf
+    from engine.modelfile import check_lora_targets, check_tokenizer, inspect_gguf
     from engine.weights import working_gguf
 
     tune_allocator()  # before any torch work: keeps a training step's peak RSS ~3x lower on glibc
 
     source, model_name = resolve_model_file(cfg.model)
     info = inspect_gguf(source)
+    check_tokenizer(info)
+    check_lora_targets(info.architecture, cfg.lora_targets)
     cfg = resolve_auto(cfg, info.n_params, default_threads())
     threads = cfg.threads
     cache_dir = default_cache_dir()
     model_path = working_gguf(source, cfg.weights, cache_dir / "models")
-    node_id = load_or_create_node_id(data_dir)
 
     from engine.node import Node
 
@@ -84,7 +89,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     if cfg.relay and not cfg.offline:
         from engine.swarm import SwarmClient
 
-        swarm = SwarmClient(cfg.relay, cfg.swarm, node_id, model_name, cfg.token, on_status=events.status)
+        swarm = SwarmClient(cfg.relay, cfg.swarm, loaded.identity, model_name, cfg.token, on_status=events.status)
     elif not cfg.offline:
         events.status("no relay given (--relay ws://host:port): training alone")
     node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir, swarm)

@@ -6,7 +6,12 @@ thread while the node trains. Every request has a timeout; any failure marks the
 disconnected and the node carries on with local groups. Reconnects back off
 exponentially (1 s doubling to 60 s, with jitter) and are attempted at most once a round.
 
-Refusals that retrying cannot fix (wrong token, another protocol version) are raised as
+The node proves its identity at every connection (it signs the relay's challenge), signs each
+group it publishes and each report of the groups it trained, and stays within the limits the
+relay announced in its welcome. Groups received are screened (``screen``: signature, own, replay)
+before the node looks at them.
+
+Refusals that retrying cannot fix (wrong token, bad key, another protocol version) are raised as
 ``SapoError`` on the first connection, so a misconfigured node stops with a clear line
 instead of training alone forever.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import OrderedDict
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -22,12 +28,15 @@ from websockets.exceptions import InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
-from wire.protocol import (MAX_FRAME_BYTES, Ack, Code, Error, Group, Groups, Hello, ProtocolError, Publish, Report,
-                            Sample, ServerMessage, SharedGroup, StatsReply, StatsRequest, Welcome, decode,
-                            display_name, encode)
+from wire.identity import Identity
+from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
+                           Limits, ProtocolError, Publish, Report, Sample, ServerMessage, SharedGroup, StatsReply,
+                           StatsRequest, Welcome, decode, encode, group_digest, shared_group_ok, sign_challenge,
+                           sign_group, sign_report)
 
-CLIENT_VERSION = "sapo-engine/0.1"
+CLIENT_VERSION = "sapo-engine/0.2"
 FATAL = (Code.UNAUTHORIZED, Code.VERSION)
+TRAINED_MEMORY = 20_000  # digests of groups already trained: a replayed group is skipped, not retrained
 
 
 def check_relay_url(url: str) -> str:
@@ -42,19 +51,26 @@ def check_relay_url(url: str) -> str:
 
 
 class SwarmClient:
-    def __init__(self, url: str, swarm: str, node_id: str, model: str, token: str | None,
+    def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
                  on_status: Callable[[str], None], timeout_s: float = 10.0) -> None:
         self.url = check_relay_url(url)
-        self.hello = Hello(swarm=swarm, node_id=node_id, name=display_name(node_id), model=model[:128],
+        self.identity = identity
+        self.node_id = identity.node_id
+        self.swarm = swarm
+        self.hello = Hello(swarm=swarm, public_key=identity.public_key, model=model[:MAX_NAME_CHARS],
                            client_version=CLIENT_VERSION, token=token)
         self.on_status = on_status
         self.timeout_s = timeout_s
         self.ws: ClientConnection | None = None
         self.peers = 0
+        self.limits: Limits | None = None  # the relay's, from its welcome
         self._backoff = 1.0
         self._next_try = 0.0
         self._ever_connected = False
         self._first_attempt = True
+        self._trained: OrderedDict[str, None] = OrderedDict()
+        self._publish_tokens = 0.0  # paces publishing to the relay's groups_per_minute
+        self._publish_stamp = time.monotonic()
 
     @property
     def connected(self) -> bool:
@@ -73,15 +89,21 @@ class SwarmClient:
             return False
         self.ws = ws
         reply = self._request(self.hello)
+        if isinstance(reply, Challenge):
+            reply = self._request(Auth(signature=sign_challenge(self.identity, self.swarm, reply.nonce)))
         if isinstance(reply, Error) and reply.code in FATAL and first:
             raise SapoError(f"relay {self.url} refused this node: {reply.reason}")
-        if not isinstance(reply, Welcome):
-            self._drop(f"relay {self.url} did not welcome this node" + (f": {reply.reason}" if isinstance(reply, Error) else ""))
+        if not isinstance(reply, Welcome) or reply.node_id != self.node_id:
+            why = f": {reply.reason}" if isinstance(reply, Error) else ""
+            self._drop(f"relay {self.url} did not welcome this node{why}")
             return False
         self.peers = reply.peers
+        if self.limits is None:
+            self._publish_tokens = float(reply.limits.groups_per_minute)
+        self.limits = reply.limits
         self._backoff = 1.0
         self.on_status(f"{'re' if self._ever_connected else ''}connected to relay {self.url}, swarm "
-                       f"{self.hello.swarm!r}, {reply.peers} peers online")
+                       f"{self.swarm!r}, {reply.peers} peers online")
         self._ever_connected = True
         return True
 
@@ -100,7 +122,7 @@ class SwarmClient:
                 pass
         self._retry_later(why)
 
-    def _request(self, msg: Hello | Publish | Sample | StatsRequest | Report) -> ServerMessage | None:
+    def _request(self, msg: Hello | Auth | Publish | Sample | StatsRequest | Report) -> ServerMessage | None:
         """Send one message and read its one reply; None (and disconnected) on any failure."""
         if self.ws is None:
             return None
@@ -116,20 +138,77 @@ class SwarmClient:
 
     # --- requests ---
     def publish(self, groups: list[Group]) -> Ack | None:
+        """Sign and publish the groups the relay's limits allow (size, count, groups per minute)."""
         if not groups or not self.ensure_connected():
             return None
-        reply = self._request(Publish(groups=groups[:32]))
+        assert self.limits is not None
+        fits = [g for g in groups if _within(g, self.limits)]
+        if len(fits) < len(groups):
+            self.on_status(f"{len(groups) - len(fits)} group(s) not shared: larger than relay {self.url} accepts")
+        self._refill_publish_tokens()
+        allowed = min(self.limits.max_groups_per_publish, int(self._publish_tokens))
+        if len(fits) > allowed:
+            self.on_status(f"{len(fits) - allowed} group(s) not shared: over relay {self.url}'s "
+                           f"{self.limits.max_groups_per_publish} per publish / {self.limits.groups_per_minute} per minute")
+            fits = fits[:allowed]
+        if not fits:
+            return None
+        self._publish_tokens -= len(fits)
+        signatures = [sign_group(self.identity, self.swarm, g) for g in fits]
+        reply = self._request(Publish(groups=fits, signatures=signatures))
         return reply if isinstance(reply, Ack) else None
 
+    def _refill_publish_tokens(self) -> None:
+        assert self.limits is not None
+        now = time.monotonic()
+        per_min = self.limits.groups_per_minute
+        self._publish_tokens = min(float(per_min), self._publish_tokens + (now - self._publish_stamp) * per_min / 60)
+        self._publish_stamp = now
+
     def sample(self, n: int, tasks: list[str] | None, max_age_s: float = 600.0) -> list[SharedGroup]:
+        """Up to ``n`` groups from others, unchecked: pass each through ``screen`` first."""
         if n <= 0 or not self.ensure_connected():
             return []
-        reply = self._request(Sample(n=min(n, 64), tasks=tasks[:32] if tasks else None, max_age_s=max_age_s))
-        return list(reply.groups) if isinstance(reply, Groups) else []
+        assert self.limits is not None
+        wanted = min(n, self.limits.max_sample_n)
+        if wanted <= 0:
+            return []
+        tasks = tasks[: self.limits.max_task_filters] if tasks else None
+        reply = self._request(Sample(n=wanted, tasks=tasks or None, max_age_s=max_age_s))
+        return list(reply.groups[:wanted]) if isinstance(reply, Groups) else []  # never more than asked for
 
-    def report(self, round_: int) -> None:
-        if self.ws is not None:
-            self._request(Report(round=round_))
+    def screen(self, shared: SharedGroup) -> str | None:
+        """Why a received group must not be used (``bad_signature``, ``own``, ``replay``), or None.
+
+        Runs before anything else looks at the group: the relay passes groups on, but only the
+        author's signature (over this swarm and the exact content) says who wrote it.
+        """
+        if not shared_group_ok(shared, self.swarm):
+            return "bad_signature"
+        if shared.node_id == self.node_id:
+            return "own"
+        if group_digest(shared.group) in self._trained:
+            return "replay"
+        return None
+
+    def report(self, round_: int, trained: list[str]) -> Ack | None:
+        """Tell the relay this round is done and which of others' groups were trained (``group_digest``s, signed).
+
+        Those digests are also remembered here, so the same group is never trained twice.
+        """
+        digests = list(dict.fromkeys(trained))
+        for d in digests:
+            self._trained[d] = None
+            self._trained.move_to_end(d)
+        while len(self._trained) > TRAINED_MEMORY:
+            self._trained.popitem(last=False)
+        if self.ws is None:
+            return None
+        limit = self.limits.max_sample_n if self.limits is not None else len(digests)
+        digests = digests[:limit]
+        signature = sign_report(self.identity, self.swarm, round_, digests)
+        reply = self._request(Report(round=round_, trained=digests, signature=signature))
+        return reply if isinstance(reply, Ack) else None
 
     def stats(self) -> StatsReply | None:
         if not self.ensure_connected():
@@ -147,3 +226,10 @@ class SwarmClient:
                 ws.close()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _within(group: Group, limits: Limits) -> bool:
+    return (len(group.completions) <= limits.max_completions
+            and len(group.question) <= limits.max_question_chars
+            and len(group.answer) <= limits.max_question_chars
+            and all(len(c) <= limits.max_completion_chars for c in group.completions))

@@ -9,7 +9,14 @@ the node id and the user's seed, and a counter that only moves forward and is sa
 every checkpoint. Seeds are hashed, so two nodes' ``seed + i`` ranges never overlap in
 practice. The held-out set uses seeds from a fixed namespace shared by every node (so
 evaluations are comparable across the swarm), and its questions are never drawn for
-training: a training draw whose question text is in the held-out set is skipped.
+training: a training draw whose content (``content_key``: the question, or what decides it,
+e.g. the year of a leap-year question) is held out is skipped, and few-shot examples are never
+held-out questions.
+
+A peer's spec is only regenerated if this node would draw it itself (``admit``): its exact
+dataset and settings are one of the node's mix or, with ``external_any_task``, within the
+size caps of ``ANY_TASK_CAPS``; the index is below ``MAX_INDEX``. Datasets are built with
+``size = MAX_INDEX``, never more (some precompute a list that long).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import reasoning_gym
 
@@ -129,14 +136,23 @@ def _config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-@lru_cache(maxsize=256)
+# Items do not depend on a dataset's size (item i is seeded with seed + i), but a few datasets
+# precompute a list of that length: 2**20 questions per task and seed is ample and cheap.
+MAX_INDEX = 2**20
+
+
+@lru_cache(maxsize=64)
 def _dataset(name: str, config_key: str, seed: int) -> Any:
-    # Size only bounds the index; items do not depend on it, and generation is lazy.
-    return reasoning_gym.create_dataset(name, seed=seed, size=2**31 - 1, **json.loads(config_key))
+    return reasoning_gym.create_dataset(name, seed=seed, size=MAX_INDEX, **json.loads(config_key))
 
 
 def regenerate(spec: TaskSpec) -> Question:
-    """The question and answer a spec stands for, exactly as its author saw them."""
+    """The question and answer a spec stands for, exactly as its author saw them.
+
+    Runs reasoning-gym on the spec: for a peer's spec only inside the sandbox, after ``admit``.
+    """
+    if spec.index >= MAX_INDEX:
+        raise ValueError(f"index {spec.index} is beyond {MAX_INDEX}")
     ds = _dataset(spec.dataset, _config_key(spec.config), spec.seed)
     item = ds[spec.index]
     return Question(spec, item["question"], item["answer"] or "", item)
@@ -150,13 +166,117 @@ def _spec(entry: TaskEntry, seed: int, index: int) -> TaskSpec:
     return TaskSpec(dataset=entry.dataset, config=dict(entry.config), seed=seed, index=index)
 
 
+# --- which peer specs a node regenerates ------------------------------------------------------
+
+# With ``external_any_task``: the datasets a node accepts outside its own mix, and for each the
+# settings it accepts with their largest value (a number) or None (a flag, a word or a short
+# list of words). Sized so that one item takes milliseconds to generate and to score; every
+# other dataset or setting is refused before reasoning-gym sees it.
+ANY_TASK_CAPS: dict[str, dict[str, float | None]] = {
+    "arc_1d": {"min_size": 30, "max_size": 30, "num_train": 5},
+    "base_conversion": {"min_base": 36, "max_base": 36, "min_value": 10**6, "max_value": 10**6},
+    "basic_arithmetic": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "operators": None,
+                         "allow_parentheses": None, "allow_negation": None, "format_style": None,
+                         "whitespace": None},
+    "bf": {"difficulty": 2},  # difficulty 3 takes seconds per item
+    "binary_matrix": {"min_n": 12, "max_n": 12, "p_zero": 1.0},
+    "calendar_arithmetic": {"year": 9999, "tasks": None, "offset_upper_bound": 1000, "leap_year_range": 1000},
+    "chain_sum": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "allow_negation": None},
+    "decimal_arithmetic": {"min_num_decimal_places": 6, "max_num_decimal_places": 6, "min_terms": 8,
+                           "max_terms": 8, "precision": 28},
+    "fraction_simplification": {"min_value": 10**4, "max_value": 10**4, "min_factor": 1000, "max_factor": 1000,
+                                "styles": None},
+    "propositional_logic": {"min_vars": 6, "max_vars": 6, "min_statements": 6, "max_statements": 6,
+                            "min_complexity": 4, "max_complexity": 4},
+}
+MAX_LIST_ITEMS = 8
+MAX_WORD_CHARS = 32
+
+
+def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) -> str | None:
+    """None if this node would regenerate a peer's spec, else the reason (``foreign_task``, ``bad_spec``).
+
+    Pure and cheap: runs before any reasoning-gym code sees the spec.
+    """
+    if spec.index >= MAX_INDEX:
+        return "bad_spec"
+    key = _config_key(spec.config)
+    if any(e.dataset == spec.dataset and _config_key(e.config) == key for e in mix):
+        return None
+    if not any_task:
+        return "foreign_task"
+    caps = ANY_TASK_CAPS.get(spec.dataset)
+    if caps is None:
+        return "foreign_task"
+    for name, value in spec.config.items():
+        if name not in caps:
+            return "bad_spec"
+        if not _within(value, caps[name]):
+            return "bad_spec"
+    return None
+
+
+def _within(value: Any, cap: float | None) -> bool:
+    if cap is not None:  # a number, 0..cap (bool is an int in Python: not a number here)
+        return type(value) in (int, float) and 0 <= value <= cap
+    if isinstance(value, list):
+        return len(value) <= MAX_LIST_ITEMS and all(_within(v, None) and not isinstance(v, list) for v in value)
+    return value is None or isinstance(value, bool) or (isinstance(value, str) and len(value) <= MAX_WORD_CHARS)
+
+
+# --- held-out questions and what counts as the same question ---------------------------------
+
+def _normal(text: str) -> str:
+    return " ".join(str(text).split()).lower()
+
+
+def _leap_year_or_question(entry: dict[str, Any]) -> Any:
+    meta = entry["metadata"]
+    return ["year", meta["year"]] if meta.get("task") == "is_leap_year" else _normal(entry["question"])
+
+
+# What decides a question, where its wording varies (templates, styles) for the same content.
+_CONTENT: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "basic_arithmetic": lambda e: _normal(e["metadata"]["expression"]),
+    "chain_sum": lambda e: _normal(e["metadata"]["expression"]),
+    "base_conversion": lambda e: [e["metadata"][k] for k in ("decimal_value", "source_base", "target_base")],
+    "fraction_simplification": lambda e: [e["metadata"]["numerator"], e["metadata"]["denominator"]],
+    "binary_matrix": lambda e: e["metadata"]["matrix"],
+    "calendar_arithmetic": _leap_year_or_question,
+}
+
+
+def content_key(dataset: str, entry: dict[str, Any]) -> str:
+    """Two questions with the same key are the same question: e.g. the year of a leap-year question."""
+    try:
+        value = _CONTENT[dataset](entry) if dataset in _CONTENT else _normal(entry["question"])
+    except (KeyError, TypeError):  # metadata of another reasoning-gym version: fall back to the text
+        value = _normal(entry["question"])
+    digest = hashlib.blake2b(json.dumps(value, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+    return f"{dataset}:{digest}"
+
+
+def question_key(q: Question) -> str:
+    return content_key(q.spec.dataset, q.entry)
+
+
 def heldout_set(mix: tuple[TaskEntry, ...], per_task: int) -> list[Question]:
-    """The fixed evaluation questions: the same on every node with the same mix."""
-    return [
-        regenerate(_spec(entry, derive_seed("heldout", entry.dataset, _config_key(entry.config)), i))
-        for entry in mix
-        for i in range(per_task)
-    ]
+    """The fixed evaluation questions: the same on every node with the same mix, no two alike."""
+    out: list[Question] = []
+    seen: set[str] = set()
+    for entry in mix:
+        seed = derive_seed("heldout", entry.dataset, _config_key(entry.config))
+        taken = 0
+        for i in range(4 * per_task + 16):  # bounded: a tiny task space may not hold per_task distinct ones
+            q = regenerate(_spec(entry, seed, i))
+            key = question_key(q)
+            if key not in seen:
+                seen.add(key)
+                out.append(q)
+                taken += 1
+                if taken == per_task:
+                    break
+    return out
 
 
 @dataclass
@@ -176,7 +296,7 @@ class QuestionStream:
         self.node_id = node_id
         self.seed = seed
         self.state = state or StreamState()
-        self._excluded = {q.question for q in heldout}
+        self._excluded = {question_key(q) for q in heldout}
 
     def _task_seed(self, entry: TaskEntry) -> int:
         return derive_seed("train", self.node_id, self.seed, entry.dataset, _config_key(entry.config))
@@ -199,20 +319,23 @@ class QuestionStream:
             index = self.state.next_index.get(key, 0)
             self.state.next_index[key] = index + 1
             q = regenerate(_spec(entry, seed, index))
-            if q.question not in self._excluded:
+            if question_key(q) not in self._excluded:
                 return q
         raise SapoError(f"task {entry.dataset!r}: its settings leave no questions outside the held-out set")
 
 
-def fewshot_messages(entry: TaskEntry, k: int) -> list[dict[str, str]]:
-    """k worked examples of a task, as chat turns, from a seed namespace of their own."""
+def fewshot_messages(entry: TaskEntry, k: int, exclude: frozenset[str] | set[str] = frozenset()) -> list[dict[str, str]]:
+    """k worked examples of a task, as chat turns, from a seed namespace of their own.
+
+    ``exclude``: content keys never shown (the held-out set: an example must not give an answer away).
+    """
     seed = derive_seed("fewshot", entry.dataset, _config_key(entry.config))
     messages: list[dict[str, str]] = []
     index = 0
     while len(messages) < 2 * k and index < 50:
         q = regenerate(_spec(entry, seed, index))
         index += 1
-        if q.answer:
+        if q.answer and question_key(q) not in exclude:
             messages += [{"role": "user", "content": q.question},
                          {"role": "assistant", "content": tagged(q.answer)}]
     return messages
@@ -220,3 +343,26 @@ def fewshot_messages(entry: TaskEntry, k: int) -> list[dict[str, str]]:
 
 def build_messages(question: str, fewshot: list[dict[str, str]]) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, *fewshot, {"role": "user", "content": question}]
+
+
+class Prompts:
+    """A node's prompt for any question: its chat template (``render``), its few-shot examples.
+
+    Examples only for tasks of its own mix (a peer's settings are never generated outside the
+    sandbox), never a held-out question (``exclude``: content keys).
+    """
+
+    def __init__(self, mix: tuple[TaskEntry, ...], fewshot: int, exclude: frozenset[str],
+                 render: Callable[[list[dict[str, str]]], list[int]]) -> None:
+        self.mix, self.fewshot, self.exclude, self.render = mix, fewshot, exclude, render
+        self._shots: dict[tuple[str, str], list[dict[str, str]]] = {}
+
+    def __call__(self, q: Question) -> list[int]:
+        key = (q.spec.dataset, _config_key(q.spec.config))
+        shots = self._shots.get(key)
+        if shots is None:
+            entry = next((e for e in self.mix if (e.dataset, _config_key(e.config)) == key), None)
+            shots = fewshot_messages(entry, self.fewshot, self.exclude) if entry is not None else []
+            self._shots[key] = shots
+        return self.render(build_messages(q.question, shots))
+

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import logging
 import os
 import signal
@@ -22,6 +24,7 @@ import platformdirs
 
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
+from wire import identity as ident
 
 PROG = "sapo-relay"
 log = logging.getLogger("relay")
@@ -76,6 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--pool-max-groups", type=_positive(int), default=pool.max_groups, help="groups kept per swarm")
     ap.add_argument("--pool-max-bytes", type=_positive(int), default=pool.max_bytes, help="pool bytes, all swarms")
     ap.add_argument("--pool-max-age-s", type=_positive(float), default=pool.max_age_s, help="oldest group kept (s)")
+    ap.add_argument("--pool-per-author", type=_positive(int), default=pool.per_author,
+                    help="groups kept per author per swarm; its oldest go first (default: %(default)s)")
+    ap.add_argument("--groups-per-minute", type=_positive(int), default=pool.groups_per_minute,
+                    help="groups one author may publish per minute (default: %(default)s)")
+    ap.add_argument("--max-completions", type=_positive(int), default=d.max_completions, help="completions per group")
+    ap.add_argument("--max-completion-chars", type=_positive(int), default=d.max_completion_chars)
+    ap.add_argument("--max-question-chars", type=_positive(int), default=d.max_question_chars)
+    ap.add_argument(
+        "--allow-keys",
+        type=Path,
+        metavar="FILE",
+        help="admit only these nodes: one node id (32 hex) or Ed25519 public key (64 hex or base64) per line",
+    )
     ap.add_argument("--rate", type=_positive(float), default=d.rate_per_s, help="messages/s per connection")
     ap.add_argument("--burst", type=_positive(int), default=d.burst, help="message burst per connection")
     ap.add_argument("--bytes-rate", type=_positive(float), default=d.bytes_per_s, help="bytes/s per connection")
@@ -83,10 +99,45 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--error-burst", type=_positive(int), default=d.error_burst, help="refused frames before a close")
     ap.add_argument("--hello-timeout-s", type=_positive(float), default=d.hello_timeout_s)
     ap.add_argument("--max-peers", type=_positive(int), default=d.max_peers)
+    ap.add_argument("--max-peers-per-address", type=_positive(int), default=None,
+                    help="connections admitted from one IP address (default: no cap)")
     ap.add_argument("--max-swarms", type=_positive(int), default=d.max_swarms)
     ap.add_argument("--compression", action="store_true", help="enable permessage-deflate (costs relay CPU)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
+
+
+def read_allowed_keys(path: Path) -> frozenset[str]:
+    """Node ids from an allow-list file; ValueError (naming the line) on anything else."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read --allow-keys {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    ids = set()
+    for number, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        node_id = _node_id_of(line)
+        if node_id is None:
+            raise ValueError(f"--allow-keys {path}:{number}: not a node id or an Ed25519 public key: {line[:70]!r}")
+        ids.add(node_id)
+    if not ids:
+        raise ValueError(f"--allow-keys {path} lists no keys: nobody could connect")
+    return frozenset(ids)
+
+
+def _node_id_of(text: str) -> str | None:
+    if ident.is_node_id(text):
+        return text
+    for decode in (bytes.fromhex, lambda t: base64.b64decode(t, validate=True)):
+        try:
+            key = decode(text)
+        except (ValueError, binascii.Error):
+            continue
+        if len(key) == ident.PUBLIC_KEY_BYTES:
+            return ident.node_id_for(key)
+    return None
 
 
 def config_from_args(args: argparse.Namespace) -> RelayConfig:
@@ -95,7 +146,12 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         host=args.host,
         port=args.port,
         token=args.token or None,
-        pool=PoolLimits(args.pool_max_groups, args.pool_max_bytes, args.pool_max_age_s),
+        allowed_keys=read_allowed_keys(args.allow_keys) if args.allow_keys else None,
+        pool=PoolLimits(args.pool_max_groups, args.pool_max_bytes, args.pool_max_age_s, args.pool_per_author,
+                        args.groups_per_minute),
+        max_completions=args.max_completions,
+        max_completion_chars=args.max_completion_chars,
+        max_question_chars=args.max_question_chars,
         rate_per_s=args.rate,
         burst=args.burst,
         bytes_per_s=args.bytes_rate,
@@ -103,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         error_burst=args.error_burst,
         hello_timeout_s=args.hello_timeout_s,
         max_peers=args.max_peers,
+        max_peers_per_address=args.max_peers_per_address,
         max_swarms=args.max_swarms,
         compression=args.compression,
     )

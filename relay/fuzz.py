@@ -2,7 +2,7 @@
 
     python -m relay.fuzz --frames 10000
 
-Spawns a relay (message-rate limits lifted so frames reach the decoder; the
+Spawns a relay (message and publish rate limits lifted so frames reach the decoder; the
 refused-frame limit stays on, so hostile connections do get closed), then sends
 ``--frames`` malformed or hostile frames over several connections, reconnecting
 whenever the relay closes one. Meanwhile two good nodes publish and sample, and
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import math
@@ -31,9 +32,11 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from wire import protocol as p
+from wire.identity import Identity
 from relay.loadgen import SimNode, http_get, spawn_relay, synthetic_group
 
 Frame = tuple[str | bytes, bool]  # payload, sent as text?
+V = p.PROTOCOL_VERSION
 JUNK = "\u202e\u200b\u0000\u0007\x1b[31m\ufeff\U0001f600\u0301\ud7ff\uffff\u00ad"
 
 
@@ -60,13 +63,15 @@ def _rand_json(rng: random.Random, depth: int = 0) -> Any:
 
 
 def _valid_messages(rng: random.Random) -> list[dict[str, Any]]:
-    node = p.new_node_id()
+    me = Identity.from_seed(rng.randbytes(32))
+    group = synthetic_group(rng, completions=3, chars=40)
     msgs: list[p.Message] = [
-        p.Hello(swarm="fuzz", node_id=node, name="fuzzer", model="m", client_version="1", token="t"),
-        p.Publish(groups=[synthetic_group(rng, completions=3, chars=40)]),
+        p.Hello(swarm="fuzz", public_key=me.public_key, model="fuzzer", client_version="1", token="t"),
+        p.Publish(groups=[group], signatures=[p.sign_group(me, "fuzz", group)]),
         p.Sample(n=3, tasks=["basic_arithmetic"]),
         p.StatsRequest(),
-        p.Report(round=3),
+        p.Report(round=3, trained=[p.group_digest(group)], signature=p.sign_report(me, "fuzz", 3, [])),
+        p.Auth(signature=rng.randbytes(64)),
     ]
     return [msgspec.to_builtins(m) for m in msgs]
 
@@ -105,18 +110,23 @@ def _set(msg: dict[str, Any], **fields: Any) -> str:
 
 def _group_with(rng: random.Random, **fields: Any) -> str:
     group = msgspec.to_builtins(synthetic_group(rng, completions=3, chars=20))
-    return _dumps({"type": "publish", "v": 1, "groups": [{**group, **fields}]})
+    signature = base64.b64encode(rng.randbytes(64)).decode()
+    return _dumps({"type": "publish", "v": V, "groups": [{**group, **fields}], "signatures": [signature]})
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 CATEGORIES: dict[str, Callable[[random.Random, list[dict[str, Any]]], Frame]] = {
     "garbage_binary": lambda rng, _: (rng.randbytes(rng.randrange(1, 2048)), False),
     "binary_json": lambda rng, v: (_dumps(rng.choice(v)).encode(), False),
     "garbage_text": lambda rng, _: (_rand_text(rng, rng.randrange(0, 400)), True),
-    "invalid_utf8": lambda rng, _: (b'{"type":"stats","v":1,"x":"\xff\xfe\xc0"}', True),
+    "invalid_utf8": lambda rng, _: (b'{"type":"stats","v":2,"x":"\xff\xfe\xc0"}', True),
     "random_json": lambda rng, _: (_dumps(_rand_json(rng)), True),
     "mutated_message": lambda rng, v: (_dumps(_mutate(rng.choice(v), rng)), True),
     "deep_nesting": lambda rng, _: (
-        rng.choice(["[", '{"a":', '{"type":"stats","v":1,"x":[']) * rng.randrange(1000, 200_000),
+        rng.choice(["[", '{"a":', '{"type":"stats","v":2,"x":[']) * rng.randrange(1000, 200_000),
         True,
     ),
     "huge_numbers": lambda rng, v: (
@@ -131,25 +141,32 @@ CATEGORIES: dict[str, Callable[[random.Random, list[dict[str, Any]]], Frame]] = 
         _group_with(rng, rewards=[0.0, 1.0]) if rng.random() < 0.5 else _group_with(rng, completions=["x"] * 65),
         True,
     ),
-    "wrong_version": lambda rng, v: (_set(rng.choice(v), v=rng.choice([0, 2, -1, "1", None, 1.5, 2**70, []])), True),
+    "wrong_version": lambda rng, v: (_set(rng.choice(v), v=rng.choice([0, 1, 3, -1, "2", None, 2.5, 2**70, []])), True),
     "unknown_type": lambda rng, v: (
         _set(rng.choice(v), type=rng.choice(["welcome", "ack", "groups", "error", "x", 1, None])),
         True,
     ),
     "unicode_junk": lambda rng, v: (
-        _set(v[0], name=_rand_text(rng, rng.randrange(1, 100)), swarm=_rand_text(rng, 10)),
+        _set(v[0], model=_rand_text(rng, rng.randrange(1, 100)), swarm=_rand_text(rng, 10)),
         True,
     ),
     "lone_surrogate": lambda rng, v: (_dumps(v[0]).replace('"fuzzer"', '"\\ud800x"'), True),
-    "bad_ids": lambda rng, v: (
-        _set(v[0], node_id=rng.choice(["A" * 32, "a" * 31, "a" * 32 + "\n", "g" * 32, "", 7])),
+    "bad_keys": lambda rng, v: (
+        _set(v[0], public_key=rng.choice([_b64(rng.randbytes(31)), _b64(rng.randbytes(33)), "A" * 44 + "\n",
+                                          "!" * 44, "", 7, "a" * 64])),
+        True,
+    ),
+    "forged_group": lambda rng, _: (_group_with(rng), True),  # a random signature: refused, then abuse
+    "forged_report": lambda rng, v: (_set(v[4], signature=_b64(rng.randbytes(64))), True),
+    "bad_signature_shape": lambda rng, v: (
+        _set(rng.choice([v[1], v[4], v[5]]), signature=rng.choice([_b64(rng.randbytes(63)), "x", 5, None])),
         True,
     ),
     "extra_fields": lambda rng, v: (_set(rng.choice(v), evil=_rand_json(rng)), True),
     "duplicate_keys": lambda rng, v: (_dumps(rng.choice(v))[:-1] + ', "type": "hello"}', True),
     "second_hello": lambda rng, v: (_dumps(v[0]), True),
     "empty": lambda rng, _: ("" if rng.random() < 0.5 else b"", rng.random() < 0.5),
-    "oversize": lambda rng, _: ('{"type":"stats","v":1,"pad":"' + "x" * (p.MAX_FRAME_BYTES + 10) + '"}', True),
+    "oversize": lambda rng, _: ('{"type":"stats","v":2,"pad":"' + "x" * (p.MAX_FRAME_BYTES + 10) + '"}', True),
 }
 # Oversized frames cost a megabyte each; send fewer of them.
 WEIGHTS = {name: (1 if name == "oversize" else 20) for name in CATEGORIES}
@@ -175,7 +192,13 @@ async def _hostile(url: str, frames: int, rng: random.Random, tally: Tally, coun
             continue
         try:
             if rng.random() < 0.85:  # usually get past hello, so the request path is fuzzed too
-                await ws.send(_dumps({**valid[0], "node_id": p.new_node_id(), "token": None}))
+                me = Identity.from_seed(rng.randbytes(32))
+                hello = p.Hello(swarm="fuzz", public_key=me.public_key, model="fuzzer", client_version="1")
+                await ws.send(p.encode(hello))
+                challenge = p.decode(await asyncio.wait_for(ws.recv(), 5))
+                if not isinstance(challenge, p.Challenge):
+                    continue
+                await ws.send(p.encode(p.Auth(signature=p.sign_challenge(me, "fuzz", challenge.nonce))))
                 await asyncio.wait_for(ws.recv(), 5)
             while counter[0] < frames:
                 category = rng.choices(names, weights)[0]
@@ -210,7 +233,7 @@ async def _good(url: str, stop: asyncio.Event, deadline_s: float) -> tuple[int, 
         while not stop.is_set():
             round_ += 1
             try:
-                ack = await a.request(p.Publish(groups=[synthetic_group(rng, round_=round_)]), deadline_s)
+                ack = await a.request(a.publish_message(synthetic_group(rng, round_=round_)), deadline_s)
                 got = await b.request(p.Sample(n=2, max_age_s=60), deadline_s)
                 if not (isinstance(ack, p.Ack) and ack.accepted == 1 and isinstance(got, p.Groups) and got.groups):
                     failures.append(f"round {round_}: {ack!r:.80} / {got!r:.80}")
@@ -241,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="sapo-fuzz-"))
-    relay = spawn_relay(["--rate", "1e6", "--burst", "1000000", "--bytes-rate", "1e10"], workdir)
+    relay = spawn_relay(["--rate", "1e6", "--burst", "1000000", "--bytes-rate", "1e10", "--groups-per-minute", "1000000"],
+                        workdir)
     print(f"relay: spawned pid {relay.proc.pid} at {relay.url}")
     try:
         tally, served, failures, took = asyncio.run(fuzz(relay.url, args.frames, args.connections, args.seed))

@@ -42,8 +42,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 
 from wire import protocol as p
+from wire.identity import Identity, display_name
 
-CLIENT_VERSION = "sapo-loadgen/0.1"
+CLIENT_VERSION = "sapo-loadgen/0.2"
 
 
 def synthetic_group(
@@ -67,30 +68,46 @@ def synthetic_group(
 
 
 class SimNode:
-    """One simulated node: a websocket connection that speaks the protocol, one request at a time."""
+    """One simulated node: a websocket connection that speaks the protocol, one request at a time.
+
+    It holds a real key (``identity``; a random one unless given) and signs as a node does:
+    the relay's challenge in ``connect``, its groups in ``publish_message``, its reports in
+    ``report_message``.
+    """
 
     def __init__(
         self,
         url: str,
         *,
         swarm: str = "loadgen",
-        node_id: str | None = None,
-        name: str | None = None,
+        identity: Identity | None = None,
         token: str | None = None,
     ) -> None:
         self.url, self.swarm, self.token = url, swarm, token
-        self.node_id = node_id or p.new_node_id()
-        self.name = name or p.display_name(self.node_id)
+        self.identity = identity or Identity.generate()
+        self.node_id = self.identity.node_id
+        self.name = display_name(self.node_id)
         self.ws: ClientConnection | None = None
 
     async def connect(self, timeout: float = 10.0) -> p.Message:
-        """Open the connection and say hello; return the reply (Welcome, or an Error before a close)."""
+        """Open the connection, say hello, sign the challenge; return the reply (Welcome, or an Error before a close)."""
         self.ws = await connect(self.url, max_size=p.MAX_FRAME_BYTES, open_timeout=timeout, compression=None)
         hello = p.Hello(
-            swarm=self.swarm, node_id=self.node_id, name=self.name, model="sim-model",
+            swarm=self.swarm, public_key=self.identity.public_key, model="sim-model",
             client_version=CLIENT_VERSION, token=self.token,
         )  # fmt: skip
-        return await self.request(hello, timeout)
+        reply = await self.request(hello, timeout)
+        if not isinstance(reply, p.Challenge):
+            return reply
+        return await self.request(p.Auth(signature=p.sign_challenge(self.identity, self.swarm, reply.nonce)), timeout)
+
+    def publish_message(self, *groups: p.Group) -> p.Publish:
+        return p.Publish(groups=list(groups), signatures=[p.sign_group(self.identity, self.swarm, g) for g in groups])
+
+    def report_message(self, round_: int, *groups: p.Group) -> p.Report:
+        trained = [p.group_digest(g) for g in groups]
+        return p.Report(round=round_, trained=trained,
+                        signature=p.sign_report(self.identity, self.swarm, round_, trained))
 
     async def send_raw(self, frame: str | bytes) -> None:
         assert self.ws is not None
@@ -177,11 +194,16 @@ def spawn_relay(args: list[str], workdir: Path) -> SpawnedRelay:
 # --- one worker: a share of the nodes in one asyncio loop -------------------------------------
 
 
+class _Rejection(msgspec.Struct):
+    reason: str
+
+
 class _Reply(msgspec.Struct):
     """Just enough of a reply to check it: the simulated client must not cost more than the relay."""
 
     type: str
     code: str | None = None
+    rejected: list[_Rejection] = []
 
 
 _reply_decoder = msgspec.json.Decoder(_Reply)
@@ -221,12 +243,13 @@ async def _node_loop(
         if cycle % 10 == 0:
             msg, kind = p.StatsRequest(), "stats"
         elif cycle % 2:
-            # A fresh task id on a pre-made text: making random text per request would
-            # cost the client more CPU than the relay spends on the request.
+            # A fresh task id and question on a pre-made text: making random text per request would
+            # cost the client more CPU than the relay spends on the request. (Fresh content: the
+            # relay pools each question + completions once.)
             group = rng.choice(templates)
             spec = msgspec.structs.replace(group.spec, seed=rng.randrange(2**31), index=rng.randrange(10**6))
-            group = msgspec.structs.replace(group, spec=spec, round=cycle)
-            msg, kind = p.Publish(groups=[group]), "publish"
+            group = msgspec.structs.replace(group, spec=spec, round=cycle, question=f"{group.question} #{spec.seed}")
+            msg, kind = node.publish_message(group), "publish"
         else:
             msg, kind = p.Sample(n=sample_n, max_age_s=600), "sample"
         frame = p.encode_bytes(msg)
@@ -238,6 +261,8 @@ async def _node_loop(
         res.kinds[kind] += 1
         if reply.type != EXPECTED[kind]:
             res.errors[reply.code or f"unexpected {reply.type}"] += 1
+        for rejection in reply.rejected:  # a refused group counts too: the load must be real work
+            res.errors[f"group {rejection.reason}"] += 1
 
 
 async def _worker_main(cfg: dict[str, Any], first: int, count: int, ready: Any, go: Any) -> WorkerResult:
@@ -245,7 +270,7 @@ async def _worker_main(cfg: dict[str, Any], first: int, count: int, ready: Any, 
     rng = random.Random(cfg["seed"] + first)
     nodes = [
         SimNode(cfg["url"], swarm=f"loadgen-{(first + i) % cfg['swarms']}", token=cfg["token"],
-                node_id=f"{rng.getrandbits(128):032x}")
+                identity=Identity.from_seed(rng.randbytes(32)))
         for i in range(count)
     ]  # fmt: skip
     gate = asyncio.Semaphore(64)  # don't open every handshake at once
@@ -323,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--relay-pid", type=int, help="with --url: the relay's pid, to report its RSS and CPU")
     ap.add_argument(
         "--relay-args",
-        default="--rate 100 --burst 200",
+        default="--rate 100 --burst 200 --groups-per-minute 100000",
         help="extra sapo-relay arguments with --spawn (default: %(default)r: per-node limits above the load)",
     )
     ap.add_argument("--nodes", type=int, default=100)

@@ -4,6 +4,11 @@ One process serves many swarms; a swarm only ever sees its own groups. Each
 connection is handled on its own: requests are answered in order, one reply per
 frame, and nothing a peer sends can stop another peer's handler. Plain HTTP
 ``GET /healthz`` and ``GET /metrics`` are answered on the same port.
+
+A node is admitted only after it signs a fresh challenge with the key its id is derived
+from, so nobody can connect (or knock a node off) as someone else. Every published group
+must carry its author's signature, checked here before it is pooled (and again by every
+receiver); "adopted" is counted only from a receiver's signed report of what it trained.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import contextlib
 import hmac
 import json
 import logging
+import secrets
 import statistics
 import time
 from collections.abc import Coroutine
@@ -20,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from wire import identity as ident
 from wire import protocol as p
+from relay.metrics import Metrics
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
 
@@ -35,7 +43,7 @@ SERVER_VERSION = "sapo-relay/0.1.0"
 STATS_FILE = "relay-stats.sqlite3"
 _TAGS: dict[type, str] = {
     cls: str(cls.__struct_config__.tag)
-    for cls in (*p.CLIENT_MESSAGES, p.Welcome, p.Ack, p.Groups, p.StatsReply, p.Error)
+    for cls in (*p.CLIENT_MESSAGES, p.Challenge, p.Welcome, p.Ack, p.Groups, p.StatsReply, p.Error)
 }
 
 
@@ -47,7 +55,11 @@ class RelayConfig:
     host: str = "127.0.0.1"
     port: int = 8765  # 0: any free port (see Relay.port once started)
     token: str | None = None  # when set, hello must carry it
+    allowed_keys: frozenset[str] | None = None  # when set, only these node ids are admitted (private swarms)
     pool: PoolLimits = field(default_factory=PoolLimits)
+    max_completions: int = p.MAX_COMPLETIONS  # per group; announced in Welcome.limits
+    max_completion_chars: int = p.MAX_COMPLETION_CHARS
+    max_question_chars: int = p.MAX_QUESTION_CHARS
     rate_per_s: float = 20.0  # messages per connection (token bucket)
     burst: int = 40
     bytes_per_s: float = 4 << 20
@@ -56,6 +68,7 @@ class RelayConfig:
     error_burst: int = 20
     hello_timeout_s: float = 10.0
     max_peers: int = 5000
+    max_peers_per_address: int | None = None  # connections admitted from one IP address (None: no cap)
     max_swarms: int = 256
     flush_interval_s: float = 1.0
     compression: bool = False  # permessage-deflate: less bandwidth, much more relay CPU
@@ -71,8 +84,16 @@ class RelayConfig:
         for name in ("burst", "error_burst", "max_peers", "max_swarms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.max_peers_per_address is not None and self.max_peers_per_address < 1:
+            raise ValueError("max_peers_per_address must be at least 1")
         if self.bytes_burst < p.MAX_FRAME_BYTES:
             raise ValueError(f"bytes_burst must be at least one frame ({p.MAX_FRAME_BYTES} bytes)")
+        for name, most in (("max_completions", p.MAX_COMPLETIONS), ("max_completion_chars", p.MAX_COMPLETION_CHARS),
+                           ("max_question_chars", p.MAX_QUESTION_CHARS)):
+            if not 1 <= getattr(self, name) <= most:
+                raise ValueError(f"{name} must be 1..{most}")
+        if self.max_completions < 2:
+            raise ValueError("max_completions must be at least 2 (a group needs two answers to compare)")
 
 
 class TokenBucket:
@@ -96,47 +117,12 @@ class TokenBucket:
 class _Session:
     ws: ServerConnection
     swarm: str
-    node_id: str
-    name: str
+    node_id: str  # derived from public_key, which signed this connection's challenge
+    public_key: bytes
+    address: str
     messages: TokenBucket
     bytes: TokenBucket
     errors: TokenBucket
-
-
-class Metrics:
-    """Prometheus metrics in a registry of this relay's own (tests run several relays)."""
-
-    def __init__(self, relay: Relay) -> None:
-        self.registry = r = CollectorRegistry()
-        Gauge("sapo_relay_peers", "Nodes connected (after hello)", registry=r).set_function(lambda: relay.peer_count)
-        Gauge("sapo_relay_swarms", "Swarms with connected nodes", registry=r).set_function(lambda: len(relay.peers))
-        Gauge("sapo_relay_pool_groups", "Groups in the pool", registry=r).set_function(lambda: relay.pool.groups)
-        Gauge("sapo_relay_pool_bytes", "Pool size in bytes", registry=r).set_function(lambda: relay.pool.bytes)
-        self.connections = Counter("sapo_relay_connections", "WebSocket connections opened", registry=r)
-        self.messages = Counter("sapo_relay_messages", "Valid messages received, by type", ["type"], registry=r)
-        self.groups_in = Counter("sapo_relay_groups_received", "Groups published", registry=r)
-        self.groups_accepted = Counter("sapo_relay_groups_accepted", "Groups put in the pool", registry=r)
-        self.groups_out = Counter("sapo_relay_groups_sent", "Groups sent out in samples", registry=r)
-        self.rejections = Counter(
-            "sapo_relay_rejections", "Refused frames (error code) and groups (reason)", ["reason"], registry=r
-        )
-        self.closes = Counter("sapo_relay_error_closes", "Connections the relay closed, by code", ["code"], registry=r)
-        self.crashes = Counter("sapo_relay_handler_crashes", "Handlers that raised (closed with 1011)", registry=r)
-        self.latency = Histogram(
-            "sapo_relay_request_seconds",
-            "Time from receiving a request to sending its reply",
-            ["type"],
-            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
-            registry=r,
-        )
-        self.loop_lag = Histogram(
-            "sapo_relay_loop_lag_seconds",
-            "Event-loop wake-up delay (sampled 20 times a second)",
-            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
-            registry=r,
-        )
-        for kind in ("publish", "sample", "stats", "report", "refused"):
-            self.latency.labels(kind)  # show every series from the start, at zero
 
 
 class Relay:
@@ -148,6 +134,7 @@ class Relay:
         self.stats: StatsStore | None = None
         self.metrics = Metrics(self)
         self.peers: dict[str, dict[str, _Session]] = {}  # swarm -> node_id -> session
+        self.per_address: dict[str, int] = {}  # admitted sessions per remote address
         self.port = config.port
         self._server: Server | None = None
         self._chores: list[asyncio.Task[None]] = []
@@ -158,6 +145,12 @@ class Relay:
             max_frame_bytes=p.MAX_FRAME_BYTES,
             max_groups_per_publish=p.MAX_GROUPS_PER_PUBLISH,
             max_sample_n=p.MAX_SAMPLE_N,
+            max_task_filters=p.MAX_TASK_FILTERS,
+            max_completions=c.max_completions,
+            max_completion_chars=c.max_completion_chars,
+            max_question_chars=c.max_question_chars,
+            groups_per_minute=c.pool.groups_per_minute,
+            groups_per_author=c.pool.per_author,
             pool_max_age_s=c.pool.max_age_s,
             rate_per_s=c.rate_per_s,
             burst=c.burst,
@@ -281,61 +274,102 @@ class Relay:
                 self._leave(session)
 
     async def _greet(self, ws: ServerConnection) -> _Session | None:
+        """hello -> challenge -> auth -> welcome, all within ``hello_timeout_s``; None if refused."""
         try:
             async with asyncio.timeout(self.config.hello_timeout_s):
-                frame = await ws.recv()
+                hello = await self._expect(ws, p.Hello, "the first message must be hello")
+                if hello is None:
+                    return None
+                node_id = ident.node_id_for(hello.public_key)
+                address = _address(ws)
+                try:
+                    self._admit(hello, node_id, address)
+                except p.ProtocolError as err:
+                    await self._refuse(ws, err)
+                    return None
+                nonce = secrets.token_bytes(ident.NONCE_BYTES)
+                await ws.send(p.encode_bytes(p.Challenge(nonce=nonce)), text=True)
+                auth = await self._expect(ws, p.Auth, "hello is answered with auth (the signed challenge)")
+                if auth is None:
+                    return None
         except TimeoutError:
-            await self._refuse(ws, p.ProtocolError(p.Code.TIMEOUT, "no hello in time"))
+            await self._refuse(ws, p.ProtocolError(p.Code.TIMEOUT, "no hello and auth in time"))
+            return None
+        if not p.challenge_ok(hello.public_key, auth.signature, hello.swarm, nonce):
+            await self._refuse(ws, p.ProtocolError(p.Code.UNAUTHORIZED, "the challenge signature does not match "
+                                                   "the public key: connect with your own key"))
             return None
         try:
-            hello = self._decode(frame)
-            if not isinstance(hello, p.Hello):
-                raise p.ProtocolError(p.Code.UNEXPECTED, "the first message must be hello")
-            self._admit(hello)
+            self._admit(hello, node_id, address)  # again: the relay may have filled up while we waited
         except p.ProtocolError as err:
             await self._refuse(ws, err)
             return None
         mono, now, c = time.monotonic(), time.time(), self.config
         session = _Session(
-            ws, hello.swarm, hello.node_id, hello.name,
+            ws, hello.swarm, node_id, hello.public_key, address,
             messages=TokenBucket(c.rate_per_s, c.burst, mono),
             bytes=TokenBucket(c.bytes_per_s, c.bytes_burst, mono),
             errors=TokenBucket(c.error_per_s, c.error_burst, mono),
         )  # fmt: skip
         swarm = self.peers.setdefault(hello.swarm, {})
-        old = swarm.get(hello.node_id)
+        old = swarm.get(node_id)
         if old is not None:
-            # The same node again (a restart, a reconnect): the newest connection wins.
+            # The same node again (a restart, a reconnect), proven by its key: the newest connection wins.
             self._spawn(self._refuse(old.ws, p.ProtocolError(p.Code.REPLACED, "this node connected again")))
-        swarm[hello.node_id] = session
+        swarm[node_id] = session
+        self.per_address[address] = self.per_address.get(address, 0) + 1
         assert self.stats is not None
-        self.stats.touch(hello.swarm, hello.node_id, hello.name, now)
+        self.stats.touch(hello.swarm, node_id, now)
         self.metrics.messages.labels("hello").inc()
-        welcome = p.Welcome(
-            node_id=hello.node_id, name=hello.name, peers=len(swarm), limits=self._limits, server_version=SERVER_VERSION
-        )
+        welcome = p.Welcome(node_id=node_id, peers=len(swarm), limits=self._limits, server_version=SERVER_VERSION)
         await ws.send(p.encode_bytes(welcome), text=True)
-        log.debug("hello from %s (%s) in swarm %r", hello.node_id, hello.name, hello.swarm)
+        log.debug("hello from %s in swarm %r", node_id, hello.swarm)
         return session
 
-    def _admit(self, hello: p.Hello) -> None:
+    async def _expect(self, ws: ServerConnection, kind: type[Any], why: str) -> Any:
+        """The next frame, if it is a valid ``kind``; otherwise refuse (error + close) and return None."""
+        frame = await ws.recv()
+        try:
+            msg = self._decode(frame)
+            if not isinstance(msg, kind):
+                raise p.ProtocolError(p.Code.UNEXPECTED, why)
+        except p.ProtocolError as err:
+            await self._refuse(ws, err)
+            return None
+        return msg
+
+    def _admit(self, hello: p.Hello, node_id: str, address: str) -> None:
         token = self.config.token
         if token is not None and (hello.token is None or not hmac.compare_digest(hello.token.encode(), token.encode())):
             raise p.ProtocolError(p.Code.UNAUTHORIZED, "this relay needs the right token")
+        allowed = self.config.allowed_keys
+        if allowed is not None and node_id not in allowed:
+            raise p.ProtocolError(p.Code.UNAUTHORIZED, f"node {node_id} is not on this relay's list of admitted keys")
         swarm = self.peers.get(hello.swarm)
         if swarm is None and len(self.peers) >= self.config.max_swarms:
             raise p.ProtocolError(p.Code.FULL, "this relay serves as many swarms as it can")
-        if (swarm is None or hello.node_id not in swarm) and self.peer_count >= self.config.max_peers:
+        if (swarm is None or node_id not in swarm) and self.peer_count >= self.config.max_peers:
             raise p.ProtocolError(p.Code.FULL, "this relay has as many peers as it can take")
+        cap = self.config.max_peers_per_address
+        existing = swarm.get(node_id) if swarm is not None else None
+        replaces = existing is not None and existing.address == address  # a reconnect takes its old place
+        if cap is not None and not replaces and self.per_address.get(address, 0) >= cap:
+            # Keys are free, addresses less so: one machine cannot field a crowd of identities.
+            raise p.ProtocolError(p.Code.FULL, f"this relay admits at most {cap} connections per address")
 
     def _leave(self, session: _Session) -> None:
+        left = self.per_address.get(session.address, 0) - 1
+        if left > 0:
+            self.per_address[session.address] = left
+        else:
+            self.per_address.pop(session.address, None)
         swarm = self.peers.get(session.swarm)
         if swarm is not None and swarm.get(session.node_id) is session:
             del swarm[session.node_id]
             if not swarm:
                 del self.peers[session.swarm]
             if self.stats is not None:
-                self.stats.touch(session.swarm, session.node_id, session.name, time.time())  # last seen now
+                self.stats.touch(session.swarm, session.node_id, time.time())  # last seen now
 
     async def _serve(self, s: _Session) -> None:
         while True:
@@ -394,8 +428,6 @@ class Relay:
                 max_age_s=msg.max_age_s, now=now, tasks=msg.tasks, unseen_only=msg.unseen_only,
                 max_bytes=p.MAX_FRAME_BYTES - 1024,
             )  # fmt: skip
-            for author in got.adopted_from:
-                self.stats.record_adoption(s.swarm, author)
             self.metrics.groups_out.inc(len(got.payloads))
             return p.encode_groups(got.payloads)
         if isinstance(msg, p.StatsRequest):
@@ -409,26 +441,16 @@ class Relay:
             )
             return p.encode_bytes(reply)
         if isinstance(msg, p.Report):
-            self.stats.record_round(s.swarm, s.node_id, msg.round, now)
-            return p.encode_bytes(p.Ack(accepted=1))
-        if isinstance(msg, p.Hello):
+            return self._report(s, msg, now)
+        if isinstance(msg, (p.Hello, p.Auth)):
             raise p.ProtocolError(p.Code.UNEXPECTED, "hello was already said on this connection")
         raise p.ProtocolError(p.Code.UNEXPECTED, f"{_TAGS[type(msg)]} is sent by the relay, not to it")
 
     def _publish(self, s: _Session, msg: p.Publish, now: float) -> bytes:
         assert self.stats is not None
         accepted, rejected = 0, []
-        for i, group in enumerate(msg.groups):
-            shared = p.SharedGroup(group=group, node_id=s.node_id, name=s.name, received_at=now)
-            payload = p.encode_bytes(shared)
-            reason = (
-                "too_big"
-                if len(payload) > p.MAX_SHARED_GROUP_BYTES
-                else self.pool.add(
-                    s.swarm, s.node_id, dataset=group.spec.dataset, key=group.spec.key(),
-                    payload=payload, has_spread=group.has_spread(), now=now,
-                )
-            )  # fmt: skip
+        for i, (group, signature) in enumerate(zip(msg.groups, msg.signatures, strict=True)):
+            reason = self._pool_one(s, group, signature, now)
             if reason is None:
                 accepted += 1
                 self.stats.record_publish(s.swarm, s.node_id, statistics.fmean(group.rewards), group.round, now)
@@ -437,7 +459,50 @@ class Relay:
                 self.metrics.rejections.labels(reason).inc()
         self.metrics.groups_in.inc(len(msg.groups))
         self.metrics.groups_accepted.inc(accepted)
+        if any(r.reason == "bad_signature" for r in rejected) and not s.errors.take(1.0, time.monotonic()):
+            # Forged groups cost a signature check each: a sender of many is treated as abusive.
+            raise p.ProtocolError(p.Code.ABUSE, "too many groups with bad signatures")
         return p.encode_bytes(p.Ack(accepted=accepted, rejected=rejected))
+
+    def _pool_one(self, s: _Session, group: p.Group, signature: bytes, now: float) -> str | None:
+        """Why one published group is refused, or None once it is pooled. Cheapest checks first."""
+        c = self.config
+        if (len(group.completions) > c.max_completions or len(group.question) > c.max_question_chars
+                or len(group.answer) > c.max_question_chars
+                or any(len(t) > c.max_completion_chars for t in group.completions)):
+            return "over_limits"
+        if not group.has_spread():
+            return "zero_advantage"
+        if not self.pool.take_publish_token(s.swarm, s.node_id, now):
+            return "rate_limited"
+        if not p.group_signature_ok(s.public_key, signature, s.swarm, group):
+            return "bad_signature"
+        shared = p.SharedGroup(group=group, node_id=s.node_id, public_key=s.public_key, signature=signature,
+                               received_at=now)
+        payload = p.encode_bytes(shared)
+        if len(payload) > p.MAX_SHARED_GROUP_BYTES:
+            return "too_big"
+        return self.pool.add(
+            s.swarm, s.node_id, dataset=group.spec.dataset, key=group.spec.key(), digest=p.group_digest(group),
+            payload=payload, has_spread=True, now=now,
+        )  # fmt: skip
+
+    def _report(self, s: _Session, msg: p.Report, now: float) -> bytes:
+        """A signed "round done, trained these": rounds for the sender, adoption for the authors."""
+        assert self.stats is not None
+        if not p.report_signature_ok(s.public_key, msg.signature, s.swarm, msg.round, msg.trained):
+            raise p.ProtocolError(p.Code.UNAUTHORIZED, "the report's signature does not match this node's key")
+        self.stats.record_round(s.swarm, s.node_id, msg.round, now)
+        credited = self.pool.adopt(s.swarm, s.node_id, msg.trained)
+        for author in credited:
+            self.stats.record_adoption(s.swarm, author)
+        self.metrics.adoptions.inc(len(credited))
+        return p.encode_bytes(p.Ack(accepted=len(credited)))
+
+
+def _address(ws: ServerConnection) -> str:
+    peer = ws.remote_address
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
 def _response(conn: ServerConnection, body: str, content_type: str) -> Response:

@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wire.identity import display_name
 from wire.protocol import LeaderboardRow
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,6 @@ class NodeStats:
     def to_row(self) -> LeaderboardRow:
         return LeaderboardRow(
             node_id=self.node_id,
-            name=self.name,
             groups_shared=self.groups_shared,
             groups_adopted=self.groups_adopted,
             rounds=len(self.rounds),
@@ -162,10 +162,9 @@ class StatsStore:
             with self._lock:
                 rows = self._db.execute(f"SELECT {COLUMNS} FROM nodes WHERE swarm = ?", (swarm,)).fetchall()
             nodes = {}
-            for _, node_id, name, shared, adopted, rsum, rcount, rounds, first, last in rows:
-                nodes[node_id] = NodeStats(
-                    node_id, name, first, last, shared, adopted, rsum, rcount, RoundSet.from_json(rounds)
-                )
+            for _, node_id, _name, shared, adopted, rsum, rcount, rounds, first, last in rows:
+                nodes[node_id] = NodeStats(node_id, display_name(node_id), first, last, shared, adopted, rsum, rcount,
+                                           RoundSet.from_json(rounds))
             self._swarms[swarm] = nodes
         return nodes
 
@@ -189,13 +188,14 @@ class StatsStore:
 
     # --- writing ------------------------------------------------------------------
 
-    def touch(self, swarm: str, node_id: str, name: str, now: float) -> NodeStats:
-        """A node said hello: create or refresh its row."""
+    def touch(self, swarm: str, node_id: str, now: float) -> NodeStats:
+        """A node was admitted (or left): create or refresh its row."""
         nodes = self._swarm(swarm)
         stats = nodes.get(node_id)
         if stats is None:
-            stats = nodes[node_id] = NodeStats(node_id, name, now, now)
-        stats.name, stats.last_seen = name, now
+            # The name column is only for people reading the database: derived, never chosen.
+            stats = nodes[node_id] = NodeStats(node_id, display_name(node_id), now, now)
+        stats.last_seen = now
         self._dirty.add((swarm, node_id))
         return stats
 

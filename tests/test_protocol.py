@@ -1,4 +1,4 @@
-"""The wire protocol: encode/decode, validation on receipt, the error table, display names."""
+"""The wire protocol: encode/decode, validation on receipt, the error table, signatures, ids, display names."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from wire import identity as ident
 from wire import protocol as p
+from wire.identity import Identity
 
-NODE = "0123456789abcdef0123456789abcdef"
+ME = Identity.from_seed(bytes(range(32)))
+NODE = ME.node_id
+SIG = bytes(64)
 
 
 def group(**over: object) -> p.Group:
@@ -29,21 +33,26 @@ def group(**over: object) -> p.Group:
     return p.Group(**fields)  # type: ignore[arg-type]
 
 
-def shared() -> p.SharedGroup:
-    return p.SharedGroup(group=group(), node_id=NODE, name="n", received_at=12.5)
+def shared(swarm: str = "s", g: p.Group | None = None) -> p.SharedGroup:
+    g = g or group()
+    return p.SharedGroup(group=g, node_id=NODE, public_key=ME.public_key, signature=p.sign_group(ME, swarm, g),
+                         received_at=12.5)
 
 
-ROW = p.LeaderboardRow(NODE, "n", 1, 2, 3, 0.5, 9.0)
+ROW = p.LeaderboardRow(NODE, 1, 2, 3, 0.5, 9.0)
+LIMITS = p.Limits(1, 2, 3, 4, 5, 6, 7, 8, 9, 10.0, 11.0, 12)
 MESSAGES: list[p.Message] = [
-    p.Hello(swarm="s", node_id=NODE, name="swift-otter-01", model="m", client_version="1", token="t"),
-    p.Welcome(node_id=NODE, name="n", peers=3, limits=p.Limits(1, 2, 3, 4.0, 5.0, 6), server_version="x"),
-    p.Publish(groups=[group()]),
+    p.Hello(swarm="s", public_key=ME.public_key, model="m", client_version="1", token="t"),
+    p.Challenge(nonce=bytes(32)),
+    p.Auth(signature=SIG),
+    p.Welcome(node_id=NODE, peers=3, limits=LIMITS, server_version="x"),
+    p.Publish(groups=[group()], signatures=[SIG]),
     p.Ack(accepted=1, rejected=[p.Rejection(0, "duplicate")]),
     p.Sample(n=4, max_age_s=30.0, tasks=["basic_arithmetic"]),
     p.Groups(groups=[shared()]),
     p.StatsRequest(),
     p.StatsReply(peers_online=1, groups_per_minute=2.0, leaderboard=[ROW], you=ROW),
-    p.Report(round=5),
+    p.Report(round=5, trained=["ab" * 16], signature=SIG),
     p.Error(code=p.Code.INVALID, reason="why"),
 ]
 
@@ -73,7 +82,12 @@ def _hello(**over: object) -> str:
 def _publish_with(**over: object) -> str:
     g = msgspec.to_builtins(group())
     g.update(over)
-    return json.dumps({"type": "publish", "v": 1, "groups": [g]})
+    return json.dumps({"type": "publish", "v": 2, "groups": [g], "signatures": [B64SIG]})
+
+
+B64SIG = msgspec.to_builtins(SIG)
+V1_HELLO = json.dumps({"type": "hello", "v": 1, "swarm": "s", "node_id": "a" * 32, "name": "x", "model": "m",
+                       "client_version": "sapo-engine/0.1"})
 
 
 @pytest.mark.parametrize(
@@ -83,28 +97,36 @@ def _publish_with(**over: object) -> str:
         ("not json", p.Code.MALFORMED),
         (b"\xff\xfe", p.Code.MALFORMED),
         ("[1, 2]", p.Code.INVALID),
-        ('{"type": "nope", "v": 1}', p.Code.INVALID),
-        ('{"v": 1}', p.Code.INVALID),
-        (_hello(v=2), p.Code.VERSION),
-        (_hello(v="1"), p.Code.INVALID),
+        ('{"type": "nope", "v": 2}', p.Code.INVALID),
+        ('{"v": 2}', p.Code.INVALID),
+        (V1_HELLO, p.Code.VERSION),  # an old client: told which version to use
+        (_hello(v=1), p.Code.VERSION),
+        (_hello(v="2"), p.Code.INVALID),
         ('{"type": "future_thing", "v": 3}', p.Code.VERSION),
-        (_hello(node_id="A" * 32), p.Code.INVALID),
-        (_hello(node_id="a" * 32 + "\n"), p.Code.INVALID),
-        (_hello(name="evil\x1b[31m"), p.Code.INVALID),
+        (_hello(public_key="A" * 43), p.Code.INVALID),  # not base64 of 32 bytes
+        (_hello(public_key=msgspec.to_builtins(bytes(33))), p.Code.INVALID),
+        (_hello(public_key="!" * 44), p.Code.INVALID),
+        (_hello(node_id="a" * 32), p.Code.INVALID),  # ids are derived, never sent
+        (_hello(name="evil\x1b[31m"), p.Code.INVALID),  # names are derived, never sent
         (_hello(swarm="has space"), p.Code.INVALID),
         (_hello(extra=1), p.Code.INVALID),
-        (_hello(name="lone").replace("lone", "\\ud800"), p.Code.MALFORMED),
+        (_hello(model="lone").replace("lone", "\\ud800"), p.Code.MALFORMED),
+        ('{"type": "auth", "v": 2, "signature": "' + msgspec.to_builtins(bytes(63)) + '"}', p.Code.INVALID),
+        ('{"type": "publish", "v": 2, "groups": [' + json.dumps(msgspec.to_builtins(group())) + '], "signatures": []}',
+         p.Code.INVALID),
+        ('{"type": "report", "v": 2, "round": 1, "trained": ["zz"], "signature": "' + B64SIG + '"}', p.Code.INVALID),
+        ('{"type": "report", "v": 2, "round": 1, "trained": []}', p.Code.INVALID),
         (_publish_with(rewards=[1.0]), p.Code.INVALID),
         (_publish_with(rewards=[1.0, 11.0]), p.Code.INVALID),
         (_publish_with(completions=["x"]), p.Code.INVALID),
         (_publish_with(completions=["x"] * 65, rewards=[0.0] * 65), p.Code.INVALID),
         (_publish_with().replace("1.0", "1e999"), p.Code.INVALID),
         (_publish_with().replace("1.0", "NaN"), p.Code.MALFORMED),
-        ('{"type": "publish", "v": 1, "groups": []}', p.Code.INVALID),
-        ('{"type": "sample", "v": 1, "n": 0}', p.Code.INVALID),
-        ('{"type": "sample", "v": 1, "n": 100000000000000000000000000}', p.Code.INVALID),
-        ('{"type": "sample", "v": 1, "n": 1, "max_age_s": -1}', p.Code.INVALID),
-        ('{"type": "report", "v": 1, "round": -1}', p.Code.INVALID),
+        ('{"type": "publish", "v": 2, "groups": [], "signatures": []}', p.Code.INVALID),
+        ('{"type": "sample", "v": 2, "n": 0}', p.Code.INVALID),
+        ('{"type": "sample", "v": 2, "n": 100000000000000000000000000}', p.Code.INVALID),
+        ('{"type": "sample", "v": 2, "n": 1, "max_age_s": -1}', p.Code.INVALID),
+        ('{"type": "report", "v": 2, "round": -1, "trained": [], "signature": "' + B64SIG + '"}', p.Code.INVALID),
         ('{"x": ' + "[" * 100_000, p.Code.MALFORMED),
         ("[" * 100_000, p.Code.INVALID),
         ('"' + "x" * (p.MAX_FRAME_BYTES + 1) + '"', p.Code.TOO_BIG),
@@ -131,14 +153,89 @@ def test_internal_errors_say_nothing_inside() -> None:
     assert len(long.close_reason.encode()) <= 123
 
 
+def test_version_error_says_which_version_to_use() -> None:
+    with pytest.raises(p.ProtocolError) as info:
+        p.decode(V1_HELLO)
+    assert info.value.code == p.Code.VERSION
+    assert f"use version {p.PROTOCOL_VERSION}" in info.value.reason
+
+
 def test_display_name_is_stable_and_valid() -> None:
-    names = {p.display_name(p.new_node_id()) for _ in range(200)}
+    ids = {Identity.generate().node_id for _ in range(200)}
+    names = {ident.display_name(i) for i in ids}
     assert len(names) > 190
-    assert p.display_name(NODE) == p.display_name(NODE)
+    assert ident.display_name(NODE) == ident.display_name(NODE)
     for name in names:
         assert re.fullmatch(r"[a-z]+-[a-z]+-\d\d", name)
-        msgspec.convert(name, p.DisplayText)
-    assert re.fullmatch(r"[0-9a-f]{32}", p.new_node_id())
+    for node_id in ids:
+        assert re.fullmatch(r"[0-9a-f]{32}", node_id) and ident.is_node_id(node_id)
+        msgspec.convert(node_id, p.NodeId)
+
+
+def test_node_id_is_derived_from_the_public_key() -> None:
+    assert ME.node_id == ident.node_id_for(ME.public_key)
+    assert Identity.from_seed(bytes(range(32))).node_id == NODE  # same key, same id
+    assert Identity.from_pem(ME.to_pem()).node_id == NODE
+    assert Identity.generate().node_id != NODE
+    assert not ident.is_node_id(NODE.upper()) and not ident.is_node_id(NODE + "\n") and not ident.is_node_id(7)
+    assert "PRIVATE" not in repr(ME) and NODE in repr(ME)
+    with pytest.raises(ValueError):
+        Identity.from_pem(b"-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n")
+
+
+def test_signatures_bind_key_purpose_swarm_and_content() -> None:
+    other = Identity.generate()
+    g = group()
+    sig = p.sign_group(ME, "s", g)
+    assert p.group_signature_ok(ME.public_key, sig, "s", g)
+    assert not p.group_signature_ok(other.public_key, sig, "s", g)  # another key
+    assert not p.group_signature_ok(ME.public_key, sig, "t", g)  # another swarm
+    assert not p.group_signature_ok(ME.public_key, sig, "s", group(rewards=[0.0, 1.0]))  # altered
+    assert not p.group_signature_ok(ME.public_key, sig, "s", group(completions=["2", "4"]))
+    assert not p.group_signature_ok(ME.public_key, bytes(64), "s", g)
+    assert not p.group_signature_ok(ME.public_key[:31], sig, "s", g)
+    # A signature made for one purpose never verifies for another.
+    nonce = bytes(32)
+    hello_sig = p.sign_challenge(ME, "s", nonce)
+    assert p.challenge_ok(ME.public_key, hello_sig, "s", nonce)
+    assert not p.challenge_ok(ME.public_key, hello_sig, "s", bytes([1]) + nonce[1:])
+    assert not p.challenge_ok(ME.public_key, hello_sig, "t", nonce)
+    assert not p.report_signature_ok(ME.public_key, hello_sig, "s", 0, [])
+    report_sig = p.sign_report(ME, "s", 3, ["ab" * 16])
+    assert p.report_signature_ok(ME.public_key, report_sig, "s", 3, ["ab" * 16])
+    assert not p.report_signature_ok(ME.public_key, report_sig, "s", 4, ["ab" * 16])
+    assert not p.report_signature_ok(ME.public_key, report_sig, "s", 3, [])
+
+
+def test_shared_group_check_survives_the_wire() -> None:
+    # Signed over the canonical encoding: decoding and re-encoding (by the relay, by the
+    # receiver) must not break it, whatever the dict order or the floats.
+    g = group(spec=p.TaskSpec("basic_arithmetic", {"z": 1, "a": [1.5, "x"], "m": None}, 7, 3),
+              rewards=[0.1, -0.0], completions=["é\u2028\x00", "\U0001f600"])
+    s = shared("s", g)
+    wire = p.decode(p.encode(p.Groups(groups=[s])))
+    assert isinstance(wire, p.Groups)
+    assert p.shared_group_ok(wire.groups[0], "s")
+    assert not p.shared_group_ok(wire.groups[0], "other-swarm")
+    reordered = json.loads(p.encode(p.Groups(groups=[s])))
+    spec = reordered["groups"][0]["group"]["spec"]
+    spec["config"] = dict(reversed(list(spec["config"].items())))
+    again = p.decode(json.dumps(reordered))
+    assert isinstance(again, p.Groups) and p.shared_group_ok(again.groups[0], "s")
+    # Someone else's id with my key, or my id with someone else's key: refused.
+    impostor = Identity.generate()
+    assert not p.shared_group_ok(msgspec.structs.replace(s, node_id=impostor.node_id), "s")
+    assert not p.shared_group_ok(msgspec.structs.replace(s, public_key=impostor.public_key), "s")
+    forged = msgspec.structs.replace(s, group=group(answer="3"))
+    assert not p.shared_group_ok(forged, "s")
+
+
+def test_group_digest_is_content_only() -> None:
+    a = group()
+    assert p.group_digest(a) == p.group_digest(group(rewards=[0.0, 1.0], round=9, model="other"))
+    assert p.group_digest(a) != p.group_digest(group(question="1+2?"))
+    assert p.group_digest(a) != p.group_digest(group(completions=["2", "3 "]))
+    assert re.fullmatch(r"[0-9a-f]{32}", p.group_digest(a))
 
 
 def test_group_has_spread() -> None:

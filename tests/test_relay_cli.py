@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from wire import protocol as p
-from relay.cli import main
+from relay.cli import build_parser, config_from_args, main
 from relay.loadgen import SimNode, spawn_relay, synthetic_group
 from relay.server import STATS_FILE
 
@@ -54,6 +54,22 @@ def test_unusable_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "cannot use data dir" in one_clear_line(capsys.readouterr().err)
 
 
+def test_allow_keys_file(tmp_path: Path) -> None:
+    from wire.identity import Identity
+
+    a, b = Identity.generate(), Identity.generate()
+    good = tmp_path / "keys.txt"
+    good.write_text(f"# friends\n{a.node_id}\n{b.public_key.hex()}  # by public key\n\n")
+    args = build_parser().parse_args(["--allow-keys", str(good), "--data-dir", str(tmp_path)])
+    assert config_from_args(args).allowed_keys == frozenset({a.node_id, b.node_id})
+    bad = tmp_path / "bad.txt"
+    bad.write_text(f"{a.node_id}\nnot-a-key\n")
+    for path, words in ((bad, "bad.txt:2"), (tmp_path / "missing.txt", "cannot read")):
+        done = relay_cli("--allow-keys", str(path), "--data-dir", str(tmp_path), "--port", "0")
+        assert done.returncode == 2
+        assert words in one_clear_line(done.stderr)
+
+
 def test_sigterm_flushes_stats(tmp_path: Path) -> None:
     relay = spawn_relay([], tmp_path)
     node = SimNode(relay.url, swarm="s")
@@ -61,7 +77,7 @@ def test_sigterm_flushes_stats(tmp_path: Path) -> None:
     async def contribute() -> None:
         assert isinstance(await node.connect(), p.Welcome)
         group = synthetic_group(__import__("random").Random(0))
-        assert isinstance(await node.request(p.Publish(groups=[group])), p.Ack)
+        assert isinstance(await node.request(node.publish_message(group)), p.Ack)
         await node.close()
 
     try:

@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from wire import protocol as p
+from wire.identity import Identity
 from relay.loadgen import SimNode, synthetic_group
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
@@ -70,7 +72,7 @@ def g(dataset: str = "basic_arithmetic", rewards: list[float] | None = None) -> 
 
 
 async def publish(node: SimNode, *groups: p.Group) -> p.Ack:
-    ack = await node.request(p.Publish(groups=list(groups)), T)
+    ack = await node.request(node.publish_message(*groups), T)
     assert isinstance(ack, p.Ack), ack
     return ack
 
@@ -96,7 +98,8 @@ def test_publish_sample_round_trip_and_never_own(tmp_path: Path) -> None:
             assert sorted((s.group for s in got), key=lambda x: x.spec.index) == sorted(
                 sent, key=lambda x: x.spec.index
             )
-            assert {(s.node_id, s.name) for s in got} == {(a.node_id, a.name)}
+            assert {(s.node_id, s.public_key) for s in got} == {(a.node_id, a.identity.public_key)}
+            assert all(p.shared_group_ok(s, "s") for s in got)  # the author's own signature, passed on
             assert await sample(a) == []  # never one's own
             assert await sample(b) == []  # already seen
             assert len(await sample(b, unseen_only=False)) == 2
@@ -173,11 +176,14 @@ def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> No
             cases: list[tuple[str | bytes, str]] = [
                 ("{nope", p.Code.MALFORMED),
                 (b"\x00\x01binary", p.Code.MALFORMED),
-                ('{"type": "sample", "v": 1, "n": "four"}', p.Code.INVALID),
+                ('{"type": "sample", "v": 2, "n": "four"}', p.Code.INVALID),
                 ('{"type": "sample", "v": 9, "n": 1}', p.Code.VERSION),
+                ('{"type": "sample", "v": 1, "n": 1}', p.Code.VERSION),
                 (p.encode(p.Ack(accepted=1)), p.Code.UNEXPECTED),
-                (p.encode(p.Hello(swarm="s", node_id=bad.node_id, name="x", model="m", client_version="1")),
+                (p.encode(p.Hello(swarm="s", public_key=bad.identity.public_key, model="m", client_version="1")),
                  p.Code.UNEXPECTED),
+                (p.encode(p.Auth(signature=bytes(64))), p.Code.UNEXPECTED),
+                (p.encode(p.Challenge(nonce=bytes(32))), p.Code.UNEXPECTED),
             ]  # fmt: skip
             for frame, code in cases:
                 await bad.send_raw(frame)
@@ -230,16 +236,22 @@ def test_rate_limit_then_close_on_abuse(tmp_path: Path) -> None:
 
 
 def test_adoption_and_stats_persist_across_restart(tmp_path: Path) -> None:
-    a_id, b_id = p.new_node_id(), p.new_node_id()
+    a_key, b_key = Identity.generate(), Identity.generate()
 
     async def first_life() -> None:
         async with relay(tmp_path) as r:
-            a, b, c = await joined(r, node_id=a_id), await joined(r, node_id=b_id), await joined(r)
-            await publish(a, g(), g())
+            a, b, c = await joined(r, identity=a_key), await joined(r, identity=b_key), await joined(r)
+            sent = [g(), g()]
+            await publish(a, *sent)
             assert len(await sample(b)) == 2
-            assert len(await sample(b, unseen_only=False)) == 2  # same receiver: no new credit
+            credited = await b.request(b.report_message(1, *sent), T)
+            assert isinstance(credited, p.Ack) and credited.accepted == 2
+            assert len(await sample(b, unseen_only=False)) == 2
+            again = await b.request(b.report_message(2, *sent), T)
+            assert isinstance(again, p.Ack) and again.accepted == 0  # same receiver: no new credit
             assert len(await sample(c)) == 2
-            assert isinstance(await a.request(p.Report(round=9), T), p.Ack)
+            assert isinstance(await c.request(c.report_message(1, *sent), T), p.Ack)
+            assert isinstance(await a.request(a.report_message(9), T), p.Ack)
             reply = await a.request(p.StatsRequest(), T)
             assert isinstance(reply, p.StatsReply)
             assert reply.you.groups_adopted == 4 and reply.peers_online == 3
@@ -247,13 +259,13 @@ def test_adoption_and_stats_persist_across_restart(tmp_path: Path) -> None:
 
     async def second_life() -> None:
         async with relay(tmp_path) as r:
-            a = await joined(r, node_id=a_id)
+            a = await joined(r, identity=a_key)
             reply = await a.request(p.StatsRequest(), T)
             assert isinstance(reply, p.StatsReply)
             me = reply.you
-            assert (me.groups_shared, me.groups_adopted, me.rounds, me.name) == (2, 4, 2, a.name)
-            assert reply.leaderboard[0].node_id == a_id
-            assert b_id in {row.node_id for row in reply.leaderboard}
+            assert (me.node_id, me.groups_shared, me.groups_adopted, me.rounds) == (a_key.node_id, 2, 4, 2)
+            assert reply.leaderboard[0].node_id == a_key.node_id
+            assert b_key.node_id in {row.node_id for row in reply.leaderboard}
             assert reply.peers_online == 1
 
     run(first_life)
@@ -288,7 +300,7 @@ def test_same_node_again_replaces_the_old_connection(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
             old = await joined(r)
-            new = await joined(r, node_id=old.node_id)
+            new = await joined(r, identity=old.identity)  # the same key: a restart, a reconnect
             reply = await old.recv(T)
             assert isinstance(reply, p.Error) and reply.code == p.Code.REPLACED
             assert await closed_with(old) == 1008
@@ -326,6 +338,73 @@ def test_stop_is_safe_twice_and_closes_peers_1001(tmp_path: Path) -> None:
 
 
 def test_bad_config_is_refused() -> None:
-    for bad in ({"port": 70000}, {"rate_per_s": 0}, {"token": ""}, {"bytes_burst": 10}):
+    for bad in ({"port": 70000}, {"rate_per_s": 0}, {"token": ""}, {"bytes_burst": 10}, {"max_completions": 1},
+                {"max_completions": 65}, {"max_completion_chars": 0}):
         with pytest.raises(ValueError):
             RelayConfig(data_dir=Path("."), **bad)
+
+
+def test_welcome_announces_the_limits_the_relay_enforces(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        pool = PoolLimits(per_author=7, groups_per_minute=3)
+        async with relay(tmp_path, pool=pool, max_completions=3, max_completion_chars=50) as r:
+            node = SimNode(url(r), swarm="s")
+            welcome = await node.connect(T)
+            assert isinstance(welcome, p.Welcome) and welcome.node_id == node.node_id
+            lim = welcome.limits
+            assert (lim.groups_per_minute, lim.groups_per_author, lim.max_completions, lim.max_completion_chars) == (
+                3, 7, 3, 50)
+            too_many = synthetic_group(RNG, completions=4, chars=10)
+            too_long = synthetic_group(RNG, completions=2, chars=60)
+            ack = await publish(node, too_many, too_long, g(), g(), g(), g())
+            assert [x.reason for x in ack.rejected] == ["over_limits", "over_limits", "rate_limited"]
+            assert ack.accepted == 3
+
+    run(scenario)
+
+
+def test_same_content_from_another_author_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path) as r:
+            a, copycat, b = await joined(r), await joined(r), await joined(r)
+            original = g()
+            assert (await publish(a, original)).accepted == 1
+            copy = msgspec.structs.replace(original, spec=msgspec.structs.replace(original.spec, seed=1), round=7)
+            ack = await publish(copycat, copy)
+            assert ack.rejected == [p.Rejection(0, "duplicate_content")]
+            assert {s.node_id for s in await sample(b)} == {a.node_id}
+
+    run(scenario)
+
+
+def test_allow_list_admits_only_listed_keys(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        friend = Identity.generate()
+        async with relay(tmp_path, allowed_keys=frozenset({friend.node_id})) as r:
+            await joined(r, identity=friend)
+            stranger = SimNode(url(r))
+            reply = await stranger.connect(T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.UNAUTHORIZED
+            assert stranger.node_id in reply.reason
+            assert await closed_with(stranger) == 1008
+
+    run(scenario)
+
+
+def test_connections_per_address_can_be_capped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with relay(tmp_path, max_peers_per_address=2) as r:
+            a, b = await joined(r), await joined(r)
+            third = SimNode(url(r))
+            reply = await third.connect(T)
+            assert isinstance(reply, p.Error) and reply.code == p.Code.FULL and "per address" in reply.reason
+            again = await joined(r, identity=a.identity)  # a reconnect replaces; it is not a third
+            assert await closed_with(a) == 1008
+            await b.close()
+            async with asyncio.timeout(T):
+                while r.per_address.get("127.0.0.1") != 1:
+                    await asyncio.sleep(0.01)
+            await joined(r)  # room again
+            assert isinstance(await again.request(p.StatsRequest(), T), p.StatsReply)
+
+    run(scenario)

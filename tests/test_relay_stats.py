@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.stats import RateWindow, RoundSet, StatsStore
+from wire.identity import display_name
 
 A, B = "a" * 32, "b" * 32
 
@@ -17,8 +18,8 @@ A, B = "a" * 32, "b" * 32
 def test_counts_survive_a_reopen(tmp_path: Path) -> None:
     db = tmp_path / "s.sqlite3"
     store = StatsStore(db)
-    store.touch("s", A, "alice", now=10)
-    store.touch("s", B, "bob", now=11)
+    store.touch("s", A, now=10)
+    store.touch("s", B, now=11)
     store.record_publish("s", A, 0.5, 1, now=12)
     store.record_publish("s", A, 1.0, 2, now=13)
     store.record_round("s", A, 3, now=14)
@@ -30,11 +31,23 @@ def test_counts_survive_a_reopen(tmp_path: Path) -> None:
     again = StatsStore(db)
     a = again.node("s", A)
     assert a is not None
-    assert (a.name, a.groups_shared, a.groups_adopted, len(a.rounds)) == ("alice", 2, 1, 3)
+    assert (a.name, a.groups_shared, a.groups_adopted, len(a.rounds)) == (display_name(A), 2, 1, 3)
     assert a.mean_reward == 0.75 and a.first_seen == 10 and a.last_seen == 14
     assert again.node("other", A) is None
     assert [s.node_id for s in again.leaderboard("s", 10, now=20)] == [A, B]
     again.close()
+
+
+def test_names_are_derived_not_stored_choices(tmp_path: Path) -> None:
+    db = tmp_path / "s.sqlite3"
+    with sqlite3.connect(db) as conn:  # a row from before v2, with a chosen (hostile) name
+        StatsStore(db).close()
+        conn.execute("INSERT INTO nodes (swarm, node_id, name, first_seen, last_seen) VALUES ('s', ?, ?, 1, 1)",
+                     (A, "\x1b[31mroot"))
+    store = StatsStore(db)
+    node = store.node("s", A)
+    assert node is not None and node.name == display_name(A)
+    store.close()
 
 
 def test_flush_async_writes_in_batches(tmp_path: Path) -> None:
@@ -43,7 +56,7 @@ def test_flush_async_writes_in_batches(tmp_path: Path) -> None:
 
     async def go() -> tuple[int, int]:
         for i in range(1000):
-            store.touch("s", f"{i:032x}", "n", now=1)
+            store.touch("s", f"{i:032x}", now=1)
         first = await store.flush_async()
         return first, await store.flush_async()
 
@@ -56,9 +69,9 @@ def test_flush_async_writes_in_batches(tmp_path: Path) -> None:
 
 def test_leaderboard_is_cached_briefly(tmp_path: Path) -> None:
     store = StatsStore(tmp_path / "s.sqlite3")
-    store.touch("s", A, "a", now=1)
+    store.touch("s", A, now=1)
     assert len(store.leaderboard("s", 5, now=100.0)) == 1
-    store.touch("s", B, "b", now=1)
+    store.touch("s", B, now=1)
     assert len(store.leaderboard("s", 5, now=100.5)) == 1
     assert len(store.leaderboard("s", 5, now=101.5)) == 2
     store.close()

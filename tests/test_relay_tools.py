@@ -8,6 +8,7 @@ from pathlib import Path
 
 from relay.fuzz import fuzz
 from relay.loadgen import main as loadgen_main
+from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
 
 SCALE = float(os.environ.get("SAPO_TEST_TIMEOUT_SCALE", "1"))
@@ -15,7 +16,8 @@ SCALE = float(os.environ.get("SAPO_TEST_TIMEOUT_SCALE", "1"))
 
 def test_fuzz_small_run_keeps_relay_serving(tmp_path: Path) -> None:
     async def scenario() -> None:
-        config = RelayConfig(data_dir=tmp_path, port=0, rate_per_s=1e6, burst=10**6, bytes_per_s=1e10)
+        config = RelayConfig(data_dir=tmp_path, port=0, rate_per_s=1e6, burst=10**6, bytes_per_s=1e10,
+                             pool=PoolLimits(groups_per_minute=10**6))
         async with Relay(config) as r:
             tally, served, failures, _ = await fuzz(f"ws://127.0.0.1:{r.port}", 400, 3, seed=7, deadline_s=5 * SCALE)
             assert failures == []

@@ -7,9 +7,12 @@ import pytest
 from engine.errors import SapoError
 from engine.swarm import SwarmClient, check_relay_url
 from engine.tasks import QuestionStream, build_mix
-from wire.protocol import Group
+from wire.identity import Identity
+from wire.protocol import Group, group_digest, shared_group_ok
 
 from relay_process import RelayProcess
+
+A, B, C, D = (Identity.from_seed(bytes([i]) * 32) for i in range(1, 5))
 
 
 def _groups(node: str, n: int) -> list[Group]:
@@ -21,39 +24,56 @@ def _groups(node: str, n: int) -> list[Group]:
 
 @pytest.fixture
 def relay(tmp_path):
-    r = RelayProcess(tmp_path / "relay", "--token", "sesame").start()
+    r = RelayProcess(tmp_path / "relay", "--token", "sesame", "--groups-per-minute", "5").start()
     yield r
     r.stop()
 
 
-def client(relay: RelayProcess, node: str, token: str | None = "sesame", log: list[str] | None = None) -> SwarmClient:
-    return SwarmClient(relay.url, "test", node, "smollm2-135m", token, on_status=(log if log is not None else []).append,
+def client(relay: RelayProcess, me: Identity, token: str | None = "sesame", log: list[str] | None = None) -> SwarmClient:
+    return SwarmClient(relay.url, "test", me, "smollm2-135m", token, on_status=(log if log is not None else []).append,
                        timeout_s=5)
 
 
-def test_publish_then_another_node_samples(relay):
-    a, b = client(relay, "a" * 32), client(relay, "b" * 32)
-    ack = a.publish(_groups("a" * 32, 3))
+def test_publish_then_another_node_samples_and_reports(relay):
+    a, b = client(relay, A), client(relay, B)
+    sent = _groups(A.node_id, 3)
+    ack = a.publish(sent)
     assert ack is not None and ack.accepted == 3
+    assert a.limits is not None and a.limits.groups_per_minute == 5  # read from the welcome
     got = b.sample(5, ["basic_arithmetic"])
-    assert len(got) == 3 and {g.node_id for g in got} == {"a" * 32}
+    assert len(got) == 3 and {g.node_id for g in got} == {A.node_id}
+    assert all(b.screen(g) is None and shared_group_ok(g, "test") for g in got)
     assert a.sample(5, None) == []  # never one's own
+    credited = b.report(1, [group_digest(g.group) for g in got[:2]])
+    assert credited is not None and credited.accepted == 2
+    assert b.screen(got[0]) == "replay" and b.screen(got[2]) is None  # trained once, never again
     stats = a.stats()
-    assert stats is not None and stats.you.groups_shared == 3 and stats.you.groups_adopted == 3
+    assert stats is not None and stats.you.groups_shared == 3 and stats.you.groups_adopted == 2
+    assert stats.you.node_id == A.node_id
     a.close(), b.close()
+
+
+def test_publishing_stays_within_the_relays_rate(relay):
+    log: list[str] = []
+    a = client(relay, C, log=log)
+    ack = a.publish(_groups(C.node_id, 8))
+    assert ack is not None and ack.accepted == 5 and ack.rejected == []  # not even sent: 5 a minute
+    assert any("3 group(s) not shared" in m for m in log)
+    assert a.publish(_groups(C.node_id + "x", 2)) is None  # nothing left this minute
+    a.close()
 
 
 def test_wrong_token_is_a_clear_error_on_first_contact(relay):
     with pytest.raises(SapoError, match="refused"):
-        client(relay, "c" * 32, token="wrong").sample(1, None)
+        client(relay, D, token="wrong").sample(1, None)
 
 
 def test_unreachable_relay_degrades_and_reconnects(relay):
     log: list[str] = []
-    c = client(relay, "d" * 32, log=log)
+    c = client(relay, D, log=log)
     assert c.ensure_connected()
     relay.kill()
-    assert c.publish(_groups("d" * 32, 1)) is None and not c.connected
+    assert c.publish(_groups(D.node_id, 1)) is None and not c.connected
     assert any("retrying" in m for m in log)
     relay.start()
     c._next_try = 0  # skip the backoff wait

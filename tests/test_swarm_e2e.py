@@ -14,6 +14,7 @@ import pytest
 
 from engine.swarm import SwarmClient
 from engine.tasks import QuestionStream, build_mix
+from wire.identity import Identity
 from wire.protocol import Group
 
 from relay_process import RelayProcess
@@ -26,10 +27,13 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def start_engine(tmp: Path, name: str, node_id: str, relay: RelayProcess, cache: Path, *flags: str) -> tuple[subprocess.Popen, Path]:
+def start_engine(tmp: Path, name: str, old_id: str | None, relay: RelayProcess, cache: Path,
+                 *flags: str) -> tuple[subprocess.Popen, Path]:
+    """An engine with its own data dir; ``old_id``: start from a data dir of before signed identities."""
     data = tmp / name
     data.mkdir(parents=True)
-    (data / "node.json").write_text(json.dumps({"node_id": node_id}))
+    if old_id:
+        (data / "node.json").write_text(json.dumps({"node_id": old_id}))
     events = tmp / f"{name}.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "engine", "run", *SMALL, "--relay", relay.url, "--data-dir", str(data),
                              "--events", str(events), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -53,13 +57,20 @@ def relay(tmp_path):
     r.stop()
 
 
+def _node_id(path: Path) -> str:
+    return next(e["node_id"] for e in _events(path) if e["type"] == "start")
+
+
 def test_two_engines_train_on_each_others_groups(tmp_path, relay, model_cache):
-    nodes = [start_engine(tmp_path, name, nid * 32, relay, model_cache, "--local", "2", "--external", "2", "--rounds", "3")
-             for name, nid in (("a", "a"), ("b", "b"))]
+    nodes = [start_engine(tmp_path, name, old, relay, model_cache, "--local", "2", "--external", "2", "--rounds", "3")
+             for name, old in (("a", "a" * 32), ("b", None))]
     for proc, _ in nodes:
         finish(proc)
-    ids = {"a" * 32, "b" * 32}
-    for (proc, path), me in zip(nodes, ("a" * 32, "b" * 32)):
+    ids = {_node_id(path) for _, path in nodes}
+    assert len(ids) == 2 and "a" * 32 not in ids  # ids come from keys now
+    notes = [e["message"] for e in _events(nodes[0][1]) if e["type"] == "status"]
+    assert any("a" * 32 in m and "changed" in m for m in notes)  # the old data dir was migrated, and said so
+    for proc, path in nodes:
         rounds = [e for e in _events(path) if e["type"] == "round"]
         assert [e["round"] for e in rounds] == [1, 2, 3]
         assert all(e["relay_connected"] for e in rounds)
@@ -68,8 +79,8 @@ def test_two_engines_train_on_each_others_groups(tmp_path, relay, model_cache):
         # Budget I + J = 4 is kept: whatever the swarm did not supply was made locally.
         assert all(e["groups"] + e["external_groups"] == 4 for e in rounds)
         assert rounds[-1]["shared_total"] > 0
-    # The relay credited each node for the groups the other adopted.
-    c = SwarmClient(relay.url, "e2e", "c" * 32, "x", None, on_status=lambda m: None)
+    # The relay credited each node for the groups the other reported it trained.
+    c = SwarmClient(relay.url, "e2e", Identity.generate(), "x", None, on_status=lambda m: None)
     board = {row.node_id: row for row in c.stats().leaderboard}
     assert ids <= set(board) and all(board[i].groups_adopted > 0 for i in ids)
     c.close()
@@ -87,22 +98,22 @@ def _poisoned() -> list[Group]:
 
 
 def test_poisoned_groups_are_rejected_and_the_budget_is_filled_locally(tmp_path, relay, model_cache):
-    evil = SwarmClient(relay.url, "e2e", "f" * 32, "evil", None, on_status=lambda m: None)
+    evil = SwarmClient(relay.url, "e2e", Identity.generate(), "evil", None, on_status=lambda m: None)
     ack = evil.publish(_poisoned())
     assert ack is not None and ack.accepted == 3
-    proc, path = start_engine(tmp_path, "victim", "9" * 32, relay, model_cache, "--local", "1", "--external", "3",
+    proc, path = start_engine(tmp_path, "victim", None, relay, model_cache, "--local", "1", "--external", "3",
                               "--rounds", "1")
     finish(proc)
     evil.close()
     (r,) = [e for e in _events(path) if e["type"] == "round"]
     assert r["rejected_groups"] == 3 and r["external_groups"] == 0
     assert r["rejected_reasons"] == {"question_mismatch": 1, "answer_mismatch": 1, "reward_mismatch": 1}
-    assert r["rejected_by_sender"] == {"f" * 32: 3}
+    assert r["rejected_by_sender"] == {evil.node_id: 3}
     assert r["groups"] == 4  # I + J, all local
 
 
 def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
-    proc, path = start_engine(tmp_path, "n", "7" * 32, relay, model_cache, "--local", "2", "--external", "2",
+    proc, path = start_engine(tmp_path, "n", None, relay, model_cache, "--local", "2", "--external", "2",
                               "--rounds", "5")
     try:
         def wait_round(k: int) -> None:

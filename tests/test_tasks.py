@@ -4,8 +4,8 @@ import msgspec
 import pytest
 
 from engine.errors import SapoError
-from engine.tasks import (PAPER_TASKS, QuestionStream, StreamState, build_mix, derive_seed, fewshot_messages,
-                          heldout_set, regenerate)
+from engine.tasks import (ANY_TASK_CAPS, MAX_INDEX, PAPER_TASKS, QuestionStream, StreamState, TaskEntry, admit,
+                          build_mix, content_key, derive_seed, fewshot_messages, heldout_set, question_key, regenerate)
 from wire.protocol import TaskSpec
 
 
@@ -47,6 +47,61 @@ def test_heldout_is_fixed_and_never_drawn_for_training():
     stream = QuestionStream(mix, "c" * 32, 0, held)
     drawn = {q.question for q in stream.draw(200)}
     assert drawn.isdisjoint(q.question for q in held)
+
+
+def test_heldout_has_no_two_alike_and_no_example_shows_one():
+    mix = build_mix("easy", tasks=["calendar_arithmetic"])  # ~400 leap-year questions: repeats are likely
+    held = heldout_set(mix, 32)
+    keys = [question_key(q) for q in held]
+    assert len(keys) == len(set(keys)) == 32
+    assert all(q.entry["metadata"]["task"] == "is_leap_year" for q in held)
+    shots = fewshot_messages(mix[0], 8, set(keys))
+    shown = {m["content"] for m in shots[::2]}
+    assert shown and shown.isdisjoint(q.question for q in held)
+    # Training never draws a held-out year, whatever the wording.
+    drawn = QuestionStream(mix, "c" * 32, 0, held).draw(100)
+    assert {question_key(q) for q in drawn}.isdisjoint(keys)
+
+
+def test_content_key_is_what_decides_the_question():
+    leap = {"question": "Is 1996 a leap year?", "metadata": {"task": "is_leap_year", "year": 1996}}
+    reworded = {"question": "Determine if the year 1996 is a leap year.", "metadata": {"task": "is_leap_year", "year": 1996}}
+    assert content_key("calendar_arithmetic", leap) == content_key("calendar_arithmetic", reworded)
+    assert content_key("calendar_arithmetic", leap) != content_key("calendar_arithmetic", {**leap, "metadata": {
+        "task": "is_leap_year", "year": 1997}})
+    a = {"question": "Calculate 1 + 2.", "metadata": {"expression": "1 + 2"}}
+    b = {"question": "What is 1 + 2?", "metadata": {"expression": "1  +  2"}}
+    assert content_key("basic_arithmetic", a) == content_key("basic_arithmetic", b)
+    assert content_key("bf", {"question": "Run  THIS"}) == content_key("bf", {"question": "run this"})
+
+
+def test_admit_regenerates_only_what_the_node_would_draw_itself():
+    mix = build_mix("easy")
+    own = QuestionStream(mix, "a" * 32, 0, []).draw(5)
+    assert all(admit(q.spec, mix) is None for q in own)
+    spec = own[0].spec
+    assert admit(TaskSpec(dataset="rush_hour", config={}, seed=1, index=0), mix) == "foreign_task"
+    changed = dict(spec.config) | {"max_terms": 3 if spec.config.get("max_terms") != 3 else 2}
+    assert admit(TaskSpec(dataset=spec.dataset, config=changed, seed=1, index=0), mix) == "foreign_task"
+    assert admit(TaskSpec(dataset=spec.dataset, config=spec.config, seed=1, index=MAX_INDEX), mix) == "bad_spec"
+    # external_any_task: any listed dataset within its caps, nothing beyond them.
+    huge = TaskSpec(dataset="binary_matrix", config={"min_n": 10**6, "max_n": 10**6}, seed=1, index=0)
+    assert admit(huge, mix, any_task=True) == "bad_spec"
+    fine = TaskSpec(dataset="binary_matrix", config={"min_n": 3, "max_n": 5}, seed=1, index=0)
+    assert admit(fine, mix, any_task=True) is None and admit(fine, mix) == "foreign_task"
+    for cfg in ({"size": 10**9}, {"seed": 1}, {"min_n": True}, {"min_n": -1}, {"min_n": [3]}, {"p_zero": "x" * 99}):
+        assert admit(TaskSpec(dataset="binary_matrix", config=cfg, seed=1, index=0), mix, any_task=True) == "bad_spec"
+    assert admit(TaskSpec(dataset="list_functions", config={}, seed=1, index=0), mix, any_task=True) == "foreign_task"
+
+
+def test_every_dataset_at_its_caps_builds_and_generates_quickly():
+    import time
+
+    for name, caps in ANY_TASK_CAPS.items():  # every largest value at once (lower bounds left at their defaults)
+        config = {k: (int(v) if k != "p_zero" else v) for k, v in caps.items() if v is not None and not k.startswith("min_")}
+        t0 = time.perf_counter()
+        q = regenerate(TaskSpec(dataset=name, config=config, seed=5, index=MAX_INDEX - 1))
+        assert q.question and time.perf_counter() - t0 < 5, name
 
 
 def test_weights_and_configs_override_the_preset():

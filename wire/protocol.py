@@ -4,30 +4,45 @@ Defined once here and imported by both sides (``engine.swarm`` and ``relay.serve
 Frames are JSON text; each carries the protocol version ``v`` and a ``type`` tag.
 msgspec does the decoding and the type checks at C speed; the range and size
 checks it cannot express are in ``Group.__post_init__`` and friends, so a
-decoded message is always a valid one.
+decoded message is always a valid one. Keys, ids and display names: ``wire.identity``.
 
 Conversation (one reply per request, in order)::
 
-    node                          relay
-    hello {swarm, node_id, ...}  ->
-                                 <- welcome {peers, limits}      (or error + close)
-    publish {groups}             ->
-                                 <- ack {accepted, rejected}
-    sample {n, max_age_s, tasks} ->
-                                 <- groups {groups: [SharedGroup]}
-    stats                        ->
-                                 <- stats_reply {leaderboard, you, ...}
-    report {round}               ->
-                                 <- ack {accepted: 1}
-    anything refused             <- error {code, reason}         (maybe then a close)
+    node                                  relay
+    hello {swarm, public_key, ...}       ->
+                                         <- challenge {nonce}            (or error + close)
+    auth {signature of the nonce}        ->
+                                         <- welcome {node_id, peers, limits}   (or error + close)
+    publish {groups, signatures}         ->
+                                         <- ack {accepted, rejected}
+    sample {n, max_age_s, tasks}         ->
+                                         <- groups {groups: [SharedGroup]}
+    stats                                ->
+                                         <- stats_reply {leaderboard, you, ...}
+    report {round, trained, signature}   ->
+                                         <- ack {accepted: groups credited}
+    anything refused                     <- error {code, reason}         (maybe then a close)
+
+Who signs what (Ed25519, ``wire.identity``; each signature is bound to its purpose and the swarm):
+
+- ``auth``: the relay's fresh random nonce, so nobody without the private key can connect as a node
+  (node ids are derived from public keys, so an id cannot be claimed with another key).
+- every published group, over its canonical encoding (``group_bytes``): the signature and the
+  author's public key travel with it in ``SharedGroup``, so a receiver checks authorship itself
+  (``shared_group_ok``) and not even the relay can forge or alter a group.
+- ``report``: the content digests of the groups the node actually trained on; only these
+  count as "adopted", once per (receiver, group).
 
 Connecting (``websockets`` asyncio client)::
 
+    me = Identity.generate()
     async with connect(url, max_size=MAX_FRAME_BYTES) as ws:
-        await ws.send(encode(Hello(swarm=..., node_id=..., name=display_name(node_id), ...)))
-        welcome = decode(await ws.recv())          # Welcome, or Error then a close
+        await ws.send(encode(Hello(swarm=..., public_key=me.public_key, ...)))
+        challenge = decode(await ws.recv())       # Challenge, or Error then a close
+        await ws.send(encode(Auth(signature=sign_challenge(me, swarm, challenge.nonce))))
+        welcome = decode(await ws.recv())         # Welcome, or Error then a close
         await ws.send(encode(Sample(n=4)))
-        groups = decode(await ws.recv())           # Groups
+        groups = decode(await ws.recv())          # Groups
 
 The relay pings every 20 s and drops a peer that has not answered for 20 s more,
 so keep the client's event loop running (or reconnect per round).
@@ -47,15 +62,19 @@ This module does no I/O.
 from __future__ import annotations
 
 import hashlib
-import secrets
 from typing import Annotated, Any, Final
 
 import msgspec
 
-PROTOCOL_VERSION = 1
+from wire import identity as ident
+from wire.identity import Identity
+
+# v2: signed identities (challenge at hello), signed groups and reports, no chosen names.
+PROTOCOL_VERSION = 2
 
 # Bounds on what a peer may send. Generous for real use, tight enough that one
-# hostile frame cannot cost the relay more than a few hundred KB.
+# hostile frame cannot cost the relay more than a few hundred KB. A relay may set
+# tighter ones (``Limits`` in its welcome); these are the most any relay accepts.
 MAX_FRAME_BYTES = 1 << 20
 MAX_COMPLETIONS = 64
 MAX_COMPLETION_CHARS = 16_384
@@ -132,56 +151,68 @@ def has_spread(rewards: list[float]) -> bool:
     return len(rewards) >= 2 and max(rewards) - min(rewards) > SPREAD_EPS
 
 
-# --- identity ---------------------------------------------------------------------
+def group_bytes(group: Group) -> bytes:
+    """The canonical encoding a group's signature covers (dict keys sorted, so re-encoding matches)."""
+    return msgspec.json.encode(group, order="sorted")
 
-# `\A...\Z`, not `^...$`: `$` would let a trailing newline through.
-NodeId = Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{32}\Z")]
+
+def group_digest(group: Group) -> str:
+    """A group's content id: 32 hex chars over its question and completions.
+
+    The relay refuses a second group with the same content from anyone (a copy of another
+    node's answers earns nothing); a node's ``report`` names trained groups by it.
+    """
+    content = msgspec.json.encode([group.question, group.completions])
+    return hashlib.blake2b(content, digest_size=16).hexdigest()
+
+
+# --- identity on the wire ---------------------------------------------------------------
+
+NodeId = Annotated[str, msgspec.Meta(pattern=ident.NODE_ID_PATTERN)]
+Digest = Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{32}\Z")]
+PublicKey = Annotated[bytes, msgspec.Meta(min_length=ident.PUBLIC_KEY_BYTES, max_length=ident.PUBLIC_KEY_BYTES)]
+Signature = Annotated[bytes, msgspec.Meta(min_length=ident.SIGNATURE_BYTES, max_length=ident.SIGNATURE_BYTES)]
+Nonce = Annotated[bytes, msgspec.Meta(min_length=ident.NONCE_BYTES, max_length=ident.NONCE_BYTES)]
 SwarmName = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
-# Shown to other people: printable, no control characters (no terminal tricks).
-DisplayText = Annotated[str, msgspec.Meta(pattern=r"\A[^\x00-\x1f\x7f-\x9f]{1,64}\Z")]
 ShortText = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Count = Annotated[int, msgspec.Meta(ge=0, lt=2**53)]
 Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=2.0**40)]
 Reward = Annotated[float, msgspec.Meta(ge=-10.0, le=10.0)]
 
-_ADJECTIVES: Final = tuple(
-    """
-    amber bold brave bright brisk calm clever cosmic crisp curious daring dusty eager early fancy
-    fierce gentle giant golden grand happy hidden humble icy jolly keen kind lively lucky mellow
-    mighty misty modest noble nimble odd patient plucky polite proud quick quiet rapid rare rosy
-    rustic shiny silent silver sleepy sly smooth snowy solar spry steady stormy sunny swift tidy
-    vivid wandering wild witty
-    """.split()
-)
-_ANIMALS: Final = tuple(
-    """
-    albatross badger bat bear beaver bison camel cheetah cobra crane crow deer dingo dolphin eagle
-    eel falcon ferret finch fox gazelle gecko gibbon goose hare hawk heron hippo ibis jackal jaguar
-    koala lemur leopard lion llama lynx magpie marmot mole moose newt octopus okapi orca otter owl
-    panda panther parrot pelican penguin puffin quail raven salmon seal shark sloth swan tapir tiger
-    walrus wombat
-    """.split()
-)
+# What each signature is for: a signature made for one purpose never verifies for another.
+HELLO, GROUP, REPORT = b"hello", b"group", b"report"
 
 
-def new_node_id() -> str:
-    """A fresh random node id (32 hex chars); a node keeps it for life."""
-    return secrets.token_hex(16)
+def sign_challenge(me: Identity, swarm: str, nonce: bytes) -> bytes:
+    return me.sign(HELLO, swarm.encode(), nonce)
 
 
-def display_name(node_id: str) -> str:
-    """A stable human name for a node id, e.g. ``"swift-otter-42"``; both sides compute the same."""
-    h = int.from_bytes(hashlib.blake2b(node_id.encode(), digest_size=8).digest(), "big")
-    adjective = _ADJECTIVES[h % len(_ADJECTIVES)]
-    animal = _ANIMALS[(h >> 16) % len(_ANIMALS)]
-    return f"{adjective}-{animal}-{(h >> 32) % 100:02d}"
+def challenge_ok(public_key: bytes, signature: bytes, swarm: str, nonce: bytes) -> bool:
+    return ident.verify(public_key, signature, HELLO, swarm.encode(), nonce)
+
+
+def sign_group(me: Identity, swarm: str, group: Group) -> bytes:
+    return me.sign(GROUP, swarm.encode(), group_bytes(group))
+
+
+def group_signature_ok(public_key: bytes, signature: bytes, swarm: str, group: Group) -> bool:
+    return ident.verify(public_key, signature, GROUP, swarm.encode(), group_bytes(group))
+
+
+def sign_report(me: Identity, swarm: str, round_: int, trained: list[str]) -> bytes:
+    return me.sign(REPORT, swarm.encode(), round_.to_bytes(8, "big"), ",".join(trained).encode())
+
+
+def report_signature_ok(public_key: bytes, signature: bytes, swarm: str, round_: int, trained: list[str]) -> bool:
+    return ident.verify(public_key, signature, REPORT, swarm.encode(), round_.to_bytes(8, "big"),
+                        ",".join(trained).encode())
 
 
 # --- messages -----------------------------------------------------------------------
 
 
 class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Base of every frame: the ``type`` tag and the protocol version ``v`` (1 when absent).
+    """Base of every frame: the ``type`` tag and the protocol version ``v``.
 
     (Subclasses repeat ``frozen=True`` only for type checkers; msgspec inherits it.)
     """
@@ -190,41 +221,62 @@ class _Message(msgspec.Struct, tag_field="type", frozen=True, forbid_unknown_fie
 
 
 class Hello(_Message, tag="hello", frozen=True):
-    """node -> relay, first frame of every connection."""
+    """node -> relay, first frame of every connection. The node id is derived from ``public_key``."""
 
     swarm: SwarmName
-    node_id: NodeId
-    name: DisplayText
+    public_key: PublicKey
     model: Name
     client_version: ShortText
     token: Annotated[str, msgspec.Meta(max_length=256)] | None = None
 
 
+class Challenge(_Message, tag="challenge", frozen=True):
+    """relay -> node, the reply to hello: sign this fresh nonce (``sign_challenge``)."""
+
+    nonce: Nonce
+
+
+class Auth(_Message, tag="auth", frozen=True):
+    """node -> relay, the reply to challenge: proof that the node holds the hello's key."""
+
+    signature: Signature
+
+
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What this relay accepts; a node should stay within it."""
+    """What this relay accepts; a node stays within it (``engine.swarm`` reads it from the welcome)."""
 
     max_frame_bytes: Count
     max_groups_per_publish: Count
     max_sample_n: Count
+    max_task_filters: Count
+    max_completions: Count
+    max_completion_chars: Count
+    max_question_chars: Count
+    groups_per_minute: Count  # published groups per author (not per connection)
+    groups_per_author: Count  # kept in the pool per author; its oldest go first
     pool_max_age_s: Seconds
     rate_per_s: Seconds
     burst: Count
 
 
 class Welcome(_Message, tag="welcome", frozen=True):
-    """relay -> node, the reply to hello. ``peers`` counts this node too."""
+    """relay -> node, the reply to a good auth. ``peers`` counts this node too."""
 
     node_id: NodeId
-    name: DisplayText
     peers: Count
     limits: Limits
     server_version: ShortText
 
 
 class Publish(_Message, tag="publish", frozen=True):
-    """node -> relay: groups for others to train on."""
+    """node -> relay: groups for others to train on; ``signatures[i]`` is ``sign_group`` of ``groups[i]``."""
 
     groups: Annotated[list[Group], msgspec.Meta(min_length=1, max_length=MAX_GROUPS_PER_PUBLISH)]
+    signatures: Annotated[list[Signature], msgspec.Meta(min_length=1, max_length=MAX_GROUPS_PER_PUBLISH)]
+
+    def __post_init__(self) -> None:
+        if len(self.signatures) != len(self.groups):
+            raise ValueError("one signature per group")
 
 
 class Rejection(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -242,7 +294,8 @@ class Ack(_Message, tag="ack", frozen=True):
 class Sample(_Message, tag="sample", frozen=True):
     """node -> relay: up to ``n`` random groups from others, fresher than ``max_age_s``.
 
-    The relay never returns the node's own groups, groups without reward spread, or
+    The relay picks an author uniformly, then one of its groups, so no author supplies more
+    than its share. It never returns the node's own groups, groups without reward spread, or
     (with ``unseen_only``) a group it already sent to this node.
     """
 
@@ -253,12 +306,24 @@ class Sample(_Message, tag="sample", frozen=True):
 
 
 class SharedGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A group as another node receives it: who sent it, and when the relay got it."""
+    """A group as another node receives it: its author's key and signature, and when the relay got it.
+
+    Check it with ``shared_group_ok`` before anything else: the relay passes these on, but
+    only the signature says who wrote the group.
+    """
 
     group: Group
     node_id: NodeId
-    name: DisplayText
+    public_key: PublicKey
+    signature: Signature
     received_at: Seconds
+
+
+def shared_group_ok(shared: SharedGroup, swarm: str) -> bool:
+    """True when ``shared.node_id`` owns ``public_key`` and that key signed this group for this swarm."""
+    return ident.node_id_for(shared.public_key) == shared.node_id and group_signature_ok(
+        shared.public_key, shared.signature, swarm, shared.group
+    )
 
 
 class Groups(_Message, tag="groups", frozen=True):
@@ -272,8 +337,9 @@ class StatsRequest(_Message, tag="stats", frozen=True):
 
 
 class LeaderboardRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One node's contribution. No name: whoever shows it uses ``wire.identity.display_name``."""
+
     node_id: NodeId
-    name: DisplayText
     groups_shared: Count
     groups_adopted: Count
     rounds: Count
@@ -291,9 +357,15 @@ class StatsReply(_Message, tag="stats_reply", frozen=True):
 
 
 class Report(_Message, tag="report", frozen=True):
-    """node -> relay: "I finished round ``round``" (counts toward its distinct rounds)."""
+    """node -> relay: "I finished round ``round`` and trained on these groups" (``group_digest`` each).
+
+    Signed (``sign_report``). Each author is credited once per (receiver, group), and only
+    for groups the relay actually sent to this receiver.
+    """
 
     round: Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
+    trained: Annotated[list[Digest], msgspec.Meta(max_length=MAX_SAMPLE_N)]
+    signature: Signature
 
 
 class Error(_Message, tag="error", frozen=True):
@@ -303,10 +375,10 @@ class Error(_Message, tag="error", frozen=True):
     reason: Annotated[str, msgspec.Meta(max_length=512)]
 
 
-ClientMessage = Hello | Publish | Sample | StatsRequest | Report
-ServerMessage = Welcome | Ack | Groups | StatsReply | Error
+ClientMessage = Hello | Auth | Publish | Sample | StatsRequest | Report
+ServerMessage = Challenge | Welcome | Ack | Groups | StatsReply | Error
 Message = ClientMessage | ServerMessage
-CLIENT_MESSAGES: Final = (Hello, Publish, Sample, StatsRequest, Report)
+CLIENT_MESSAGES: Final = (Hello, Auth, Publish, Sample, StatsRequest, Report)
 
 
 # --- errors -----------------------------------------------------------------------
@@ -321,10 +393,10 @@ class Code:
     UNEXPECTED = "unexpected"  # a valid message at the wrong time (no hello first, ...)
     TOO_BIG = "too_big"
     TIMEOUT = "timeout"  # no hello in time
-    UNAUTHORIZED = "unauthorized"  # missing or wrong token
+    UNAUTHORIZED = "unauthorized"  # wrong token, bad signature, or a key this relay does not admit
     RATE_LIMITED = "rate_limited"
     ABUSE = "abuse"  # too many refused frames: the connection is closed
-    REPLACED = "replaced"  # the same node id connected again
+    REPLACED = "replaced"  # the same node (same key) connected again
     FULL = "full"  # the relay is at its peer or swarm limit
     INTERNAL = "internal"
 
@@ -427,7 +499,9 @@ def decode(frame: Frame) -> Message:
 
 
 def _version_error(v: object) -> ProtocolError:
-    return ProtocolError(Code.VERSION, f"protocol version {v!r} is not supported (this side speaks {PROTOCOL_VERSION})")
+    return ProtocolError(
+        Code.VERSION, f"protocol version {v!r} is not supported: use version {PROTOCOL_VERSION} (update sapo-swarm)"
+    )
 
 
 def _explain(frame: Frame, code: str, reason: str) -> ProtocolError:

@@ -1,0 +1,116 @@
+"""What a round costs when a peer floods the pool with long groups, against a normal round.
+
+The issue's attack: 8 groups of 8 completions of ~15,000 characters, published through a relay
+on 127.0.0.1; here the valid answer comes first, so that what is left after the receiver's cut
+still has reward spread and is trained on at full length (the costliest case); a node on the bundled model samples them
+(``--local 2 --external 2 --completions 4 --max-tokens 64``). Normal: the same node and
+settings with an empty pool (it makes all 4 groups itself). Alternating runs, each a fresh
+data dir, ``--rounds`` rounds; prints the median round time of each and their ratio.
+
+    python benchmarks/bench_hostile_round.py [--runs 2] [--rounds 2] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+from websockets.sync.client import connect
+
+from engine.tasks import QuestionStream, build_mix
+from relay.loadgen import free_port, http_get
+from wire import protocol as p
+from wire.identity import Identity
+
+FLAGS = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--local", "2", "--external", "2",
+         "--completions", "4", "--max-tokens", "64", "--eval-every", "0", "--quiet"]
+
+
+def start_relay(data: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", str(port),
+                             "--data-dir", str(data), "--log-level", "WARNING"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            http_get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return proc, f"ws://127.0.0.1:{port}"
+        except OSError:
+            import time
+            time.sleep(0.1)
+    raise RuntimeError("relay did not start")
+
+
+def _send(ws, frame: dict) -> dict:
+    ws.send(json.dumps({**frame, "v": p.PROTOCOL_VERSION}))
+    return json.loads(ws.recv(timeout=10))
+
+
+def flood(url: str, swarm: str) -> int:
+    """8 long groups, as raw JSON from a hand-written client with a key of its own."""
+    me = Identity.generate()
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    ws = connect(url, max_size=p.MAX_FRAME_BYTES)
+    nonce = _send(ws, {"type": "hello", "swarm": swarm, "public_key": b64(me.public_key), "model": "evil",
+                       "client_version": "evil/1"})["nonce"]
+    _send(ws, {"type": "auth", "signature": b64(p.sign_challenge(me, swarm, base64.b64decode(nonce)))})
+    qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), "e" * 32, 0, []).draw(8)
+    pad = "Let me think about this step by step, carefully. " * 300  # ~15,000 characters
+    accepted = 0
+    for q in qs:  # one per frame: a frame is at most 1 MB
+        spec = {"dataset": q.spec.dataset, "config": q.spec.config, "seed": q.spec.seed, "index": q.spec.index}
+        g = {"spec": spec, "question": q.question, "answer": q.answer, "model": "evil", "round": 1,
+             "completions": [f"<answer>{q.answer}</answer>" + pad, "<answer>-99</answer>" + pad] * 4,
+             "rewards": [1.0, 0.0] * 4}
+        sig = b64(p.sign_group(me, swarm, msgspec.convert(g, p.Group)))
+        accepted += _send(ws, {"type": "publish", "groups": [g], "signatures": [sig]})["accepted"]
+    ws.close()
+    return accepted
+
+
+def one_run(url: str, swarm: str, rounds: int, threads: int, cache: Path) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        events = Path(tmp) / "events.jsonl"
+        subprocess.run([sys.executable, "-m", "engine", "run", *FLAGS, "--threads", str(threads), "--relay", url,
+                        "--swarm", swarm, "--rounds", str(rounds), "--data-dir", tmp, "--events", str(events)],
+                       check=True, env={**os.environ, "SAPO_CACHE_DIR": str(cache)})
+        return [e for e in map(json.loads, events.read_text().splitlines()) if e["type"] == "round"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    cache = Path(os.environ.get("SAPO_CACHE_DIR", tempfile.mkdtemp()))
+    times: dict[str, list[float]] = {"normal": [], "hostile": []}
+    with tempfile.TemporaryDirectory() as relay_dir:
+        relay, url = start_relay(Path(relay_dir))
+        try:
+            for run in range(args.runs):
+                for kind in ("normal", "hostile"):
+                    swarm = f"{kind}-{run}"
+                    if kind == "hostile":
+                        print(f"published {flood(url, swarm)} long groups", flush=True)
+                    rounds = one_run(url, swarm, args.rounds, args.threads, cache)
+                    times[kind] += [r["round_s"] for r in rounds]
+                    print(kind, [(r["round_s"], r["external_groups"], r["rejected_reasons"], r["tokens_trained"])
+                                 for r in rounds], flush=True)
+        finally:
+            relay.terminate()
+    normal, hostile = (statistics.median(times[k]) for k in ("normal", "hostile"))
+    print(f"round time, median: normal {normal:.2f} s, with 2 long hostile groups sampled {hostile:.2f} s "
+          f"-> {hostile / normal:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

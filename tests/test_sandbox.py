@@ -1,0 +1,75 @@
+"""The sandbox pool on real worker processes: scores, refuses, survives hangs and deaths."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine.safe_scoring import SAFE_SCORERS
+from engine.sandbox import Job, Sandbox
+from engine.tasks import QuestionStream, TaskEntry, build_mix
+from wire.protocol import TaskSpec
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(workers=2, timeout_s=3.0) as sb:
+        yield sb
+
+
+def _question(dataset: str, **config):
+    return QuestionStream((TaskEntry(dataset, config=config),), "e" * 32, 0, []).draw(1)[0]
+
+
+def test_a_group_is_scored_and_keyed(sandbox):
+    q = _question("basic_arithmetic")
+    (r,) = sandbox.run([Job(q.spec, [q.answer, "999999", None], q.question, q.answer)])
+    assert r.ok and r.scores == [1.0, 0.0, 0.0] and r.key and r.key.startswith("basic_arithmetic:")
+
+
+def test_jobs_run_in_parallel_and_keep_their_order(sandbox):
+    qs = QuestionStream(build_mix("easy"), "f" * 32, 0, []).draw(12)
+    results = sandbox.run([Job(q.spec, [q.answer, "no"]) for q in qs])
+    assert [r.scores[0] for r in results] == [1.0] * 12 and all(r.ok for r in results)
+
+
+def test_mismatches_and_bad_specs_are_reasons(sandbox):
+    q = _question("basic_arithmetic")
+    assert sandbox.run([Job(q.spec, ["1"], q.question + " ", q.answer)])[0].reason == "question_mismatch"
+    assert sandbox.run([Job(q.spec, ["1"], q.question, "12")])[0].reason == "answer_mismatch"
+    bad = TaskSpec(dataset="basic_arithmetic", config={"max_terms": "many"}, seed=1, index=0)
+    r = sandbox.run([Job(bad, ["1", "2"])])[0]
+    assert r.reason == "bad_spec" and r.scores == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("dataset", sorted(SAFE_SCORERS))
+def test_code_in_answers_never_runs_in_a_worker(sandbox, dataset, tmp_path):
+    marker = tmp_path / "marker"
+    code = f"__import__('pathlib').Path({str(marker)!r}).write_text('pwned')"
+    q = _question(dataset)
+    (r,) = sandbox.run([Job(q.spec, [code, f"[{code}]", f"{code} + C", "9**9**9**9"])])
+    assert r.ok and max(r.scores) <= 0.05
+    assert not marker.exists()
+
+
+def test_a_hanging_scorer_is_killed_and_the_worker_replaced(tmp_path):
+    # Allowed by the safe checks (small powers), but sympy's simplify of its derivative never ends:
+    # the sandbox is the wall that stops it.
+    q = _question("simple_integration")
+    v = q.entry["metadata"]["variable"]
+    slow = " * ".join(f"({v} + {k})**60" for k in range(1, 12)) + " + C"
+    with Sandbox(workers=1, timeout_s=1.5) as sb:
+        t0 = time.perf_counter()
+        (r,) = sb.run([Job(q.spec, [q.answer, slow])])
+        assert r.reason == "timeout" and r.scores == [0.0, 0.0]
+        assert time.perf_counter() - t0 < 15
+        (again,) = sb.run([Job(q.spec, [q.answer])])  # a fresh worker takes over
+        assert again.ok and again.scores == [1.0] and sb.restarts == 1
+
+
+def test_a_worker_that_cannot_live_is_a_clear_result():
+    q = _question("basic_arithmetic")
+    with Sandbox(workers=1, timeout_s=5.0, memory_mb=16) as sb:  # too little to even load reasoning-gym
+        (r,) = sb.run([Job(q.spec, [q.answer])])
+    assert r.reason == "worker_died" and r.scores == [0.0]
