@@ -13,6 +13,7 @@ data dir, ``--rounds`` rounds; prints the median round time of each and their ra
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import statistics
@@ -21,11 +22,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import msgspec
 from websockets.sync.client import connect
 
 from engine.tasks import QuestionStream, build_mix
 from relay.loadgen import free_port, http_get
-from wire.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION
+from wire import protocol as p
+from wire.identity import Identity
 
 FLAGS = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--local", "2", "--external", "2",
          "--completions", "4", "--max-tokens", "64", "--eval-every", "0", "--quiet"]
@@ -46,12 +49,19 @@ def start_relay(data: Path) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("relay did not start")
 
 
+def _send(ws, frame: dict) -> dict:
+    ws.send(json.dumps({**frame, "v": p.PROTOCOL_VERSION}))
+    return json.loads(ws.recv(timeout=10))
+
+
 def flood(url: str, swarm: str) -> int:
-    """8 long groups, as raw JSON from a hand-written client."""
-    ws = connect(url, max_size=MAX_FRAME_BYTES)
-    ws.send(json.dumps({"type": "hello", "v": PROTOCOL_VERSION, "swarm": swarm, "node_id": "e" * 32,
-                        "name": "flood", "model": "evil", "client_version": "evil/1"}))
-    json.loads(ws.recv(timeout=10))
+    """8 long groups, as raw JSON from a hand-written client with a key of its own."""
+    me = Identity.generate()
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    ws = connect(url, max_size=p.MAX_FRAME_BYTES)
+    nonce = _send(ws, {"type": "hello", "swarm": swarm, "public_key": b64(me.public_key), "model": "evil",
+                       "client_version": "evil/1"})["nonce"]
+    _send(ws, {"type": "auth", "signature": b64(p.sign_challenge(me, swarm, base64.b64decode(nonce)))})
     qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), "e" * 32, 0, []).draw(8)
     pad = "Let me think about this step by step, carefully. " * 300  # ~15,000 characters
     accepted = 0
@@ -60,15 +70,14 @@ def flood(url: str, swarm: str) -> int:
         g = {"spec": spec, "question": q.question, "answer": q.answer, "model": "evil", "round": 1,
              "completions": [f"<answer>{q.answer}</answer>" + pad, "<answer>-99</answer>" + pad] * 4,
              "rewards": [1.0, 0.0] * 4}
-        ws.send(json.dumps({"type": "publish", "v": PROTOCOL_VERSION, "groups": [g]}))
-        accepted += json.loads(ws.recv(timeout=10))["accepted"]
+        sig = b64(p.sign_group(me, swarm, msgspec.convert(g, p.Group)))
+        accepted += _send(ws, {"type": "publish", "groups": [g], "signatures": [sig]})["accepted"]
     ws.close()
     return accepted
 
 
 def one_run(url: str, swarm: str, rounds: int, threads: int, cache: Path) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "node.json").write_text(json.dumps({"node_id": "7" * 32}))
         events = Path(tmp) / "events.jsonl"
         subprocess.run([sys.executable, "-m", "engine", "run", *FLAGS, "--threads", str(threads), "--relay", url,
                         "--swarm", swarm, "--rounds", str(rounds), "--data-dir", tmp, "--events", str(events)],

@@ -1,7 +1,7 @@
 """Where and in what precision training runs, and what llama.cpp offloads: chosen from the hardware.
 
 - device: CUDA when torch sees a GPU, else the CPU (``device`` setting: auto | cpu | cuda).
-- dtype of the frozen base weights: bf16 where matmuls have native bf16 (CPUs with
+- dtype of the frozen linear weights: bf16 where matmuls have native bf16 (CPUs with
   avx512_bf16 or AMX through oneDNN, CUDA GPUs of compute capability 8+), else fp32
   (``train_dtype``: auto | bf16 | fp32). LoRA weights, optimizer state and log-softmax stay
   fp32 either way (peft keeps adapters in fp32; the trainer computes logits in fp32).

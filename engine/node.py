@@ -51,6 +51,7 @@ from engine.groups import Completion, ScoredGroup, summarize
 from engine.grpo import build_groups
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
+from engine.progress import PhaseReporter, feed_samples
 from engine.rewards import Score, extract_answer, make_score
 from engine.rollout import RolloutGenerator, SamplingParams
 from engine.swarm import SwarmClient
@@ -60,7 +61,8 @@ from engine.sandbox import Job, Sandbox
 from engine.tasks import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
 from engine.verify import Verifier, cap_external_tokens
 from wire import events as ev
-from wire.protocol import Group, group_digest, has_spread
+from wire.identity import display_name
+from wire.protocol import Group, StatsReply, group_digest, has_spread
 
 MAX_SEQS_PER_BATCH = 64
 SANDBOX_WORKERS = 2  # one stuck on a hostile group's timeout leaves the other scoring
@@ -129,6 +131,7 @@ class Node:
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm
+        self._last_stats: StatsReply | None = None  # the relay's view after the last round, for the swarm event
         self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
                                  detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
                                  completions=cfg.completions, max_tokens=cfg.max_tokens,
@@ -137,8 +140,9 @@ class Node:
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
         self.score_s = 0.0  # scoring time since the round began (own groups and verified external ones)
-        self.task_accuracy: dict[str, float] = {}
-        self.candidates_seen = 0  # verified external groups offered this round, chosen or not  # running own accuracy per task (external_selection useful)
+        self.task_accuracy: dict[str, float] = {}  # running own accuracy per task (external_selection useful)
+        self.candidates_seen = 0  # verified external groups offered this round, chosen or not
+        self.phases = PhaseReporter(events.emit)
         self._resume()
 
     @property
@@ -177,13 +181,15 @@ class Node:
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
                 n: int | None = None, greedy: int = 0) -> list[ScoredGroup]:
         prompts = [self.prompt_ids(q) for q in questions]
-        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params, greedy)
+        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params, greedy,
+                                       self.phases.progress)
         scores = self.score(list(zip(questions, outs)))
         return [ScoredGroup(q, p, cs, sc) for q, p, cs, sc in zip(questions, prompts, outs, scores)]
 
     # --- the loop ---
     def evaluate(self) -> dict[str, Any]:
         t0 = time.perf_counter()
+        self.phases.start(self.round, "evaluating")
         result = evaluate(self.rollout, self.heldout, self.params)
         result["eval_s"] = round(time.perf_counter() - t0, 2)
         self.events.emit(msgspec.convert({"round": self.round, **result}, ev.Eval))
@@ -202,10 +208,14 @@ class Node:
         self.score_s = 0.0
         # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
         budget = self.cfg.local_groups + self.cfg.external_groups
+        if self.swarm is not None:
+            self.phases.start(rnd, "external")
         external, spare, rejected = self._external_groups(rnd)
         # 2. rollouts on our own questions
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
-        groups = self.rollout(self.stream.draw(budget - len(external)))
+        n_local = budget - len(external)
+        self.phases.start(rnd, "generating", n_local * self.cfg.completions)
+        groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
         gen_tokens, gen_s = gen.tokens, gen.seconds
         filled = 0
@@ -227,16 +237,20 @@ class Node:
             self.rejected_total["token_share"] += len(over_share)
         self.pause_point()
         # 3. share our groups (plain text) with the swarm
+        if self.swarm is not None:
+            self.phases.start(rnd, "sharing")
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
         score_s = self.score_s
         train_groups, dropped = build_groups(groups + external)
         self.pause_point()
-        train = self.trainer.step(train_groups)
+        self.phases.start(rnd, "training")
+        train = self.trainer.step(train_groups, self.phases.progress)
         self._report(rnd, external)
         for g in external:
             self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
+        self.phases.start(rnd, "swapping")
         swap_ms = self.sync.sync(self.policy) if train.tokens else 0.0
         summary = summarize(groups)
         self.state.round = rnd
@@ -247,6 +261,7 @@ class Node:
         if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
             eval_s += self.evaluate()["eval_s"]
         t_ckpt = time.perf_counter()
+        self.phases.start(rnd, "checkpointing")
         self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
         metrics: dict[str, Any] = {
             "round": rnd,
@@ -257,7 +272,7 @@ class Node:
             "gen_tokens_per_s": round(gen_tokens / gen_s, 1) if gen_s > 0 else 0.0,
             "dead_slots_filled": filled,
             "loss": train.loss,
-            "score_s": round(score_s, 3),
+            "score_s": round(score_s, 4),
             "train_s": round(train.seconds, 3),
             "train_prompt_tokens": train.prompt_tokens,
             "train_completion_tokens": train.tokens,
@@ -275,7 +290,10 @@ class Node:
         if eval_s:
             metrics["eval_s"] = round(eval_s, 2)
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
-        self.events.emit(msgspec.convert(metrics, ev.Round))
+        round_event = msgspec.convert(metrics, ev.Round)
+        self.events.emit(msgspec.structs.replace(round_event, rollouts=feed_samples(groups, external)))
+        if self._last_stats is not None:
+            self.events.emit(swarm_event(self._last_stats, self.node_id))
         return metrics
 
     # --- the swarm ---
@@ -337,7 +355,7 @@ class Node:
     def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
         if self.swarm is None:
             return {"external_groups": 0, "rejected_groups": 0, "relay_connected": None, "peers": 0}
-        stats = self.swarm.stats()
+        stats = self._last_stats = self.swarm.stats()
         out: dict[str, Any] = {
             "external_groups": len(external),
             "external_candidates": self.candidates_seen,
@@ -372,6 +390,17 @@ def _wire_logprobs(g: ScoredGroup) -> Any:
     if any(c.logprobs is None for c in g.completions):
         return msgspec.UNSET
     return [[max(-1000.0, min(0.0, round(x, 3))) for x in c.logprobs or []] for c in g.completions]
+
+
+def swarm_event(stats: StatsReply, node_id: str) -> ev.Swarm:
+    """The relay's stats as the dashboard's ``swarm`` event (names derived from ids, never taken from peers)."""
+    rows = [ev.LeaderRow(r.node_id, display_name(r.node_id), r.groups_shared, r.groups_adopted, r.rounds)
+            for r in stats.leaderboard]
+    rank = next((i + 1 for i, r in enumerate(rows) if r.node_id == node_id), None)
+    you = stats.you
+    return ev.Swarm(peers_online=stats.peers_online, groups_per_minute=round(stats.groups_per_minute, 2),
+                    leaderboard=rows, you=ev.LeaderRow(you.node_id, display_name(you.node_id), you.groups_shared,
+                                                       you.groups_adopted, you.rounds), rank=rank)
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

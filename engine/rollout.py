@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -101,17 +101,22 @@ class RolloutGenerator:
         self.rng = np.random.default_rng(seed)
 
     def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams,
-                 greedy: int = 0) -> list[list[Completion]]:
+                 greedy: int = 0, progress: Callable[[int, int], None] | None = None) -> list[list[Completion]]:
         """n completions for each prompt (token ids), in prompt order.
 
         The first ``greedy`` of each prompt's completions are greedy (argmax), the rest sampled
         with ``params``: evaluation gets greedy and sampled answers from one shared prompt decode.
+        ``progress(done, total)`` is called after each decoding step with finished sequences
+        of all ``len(prompts) * n`` (callers rate-limit what they show).
         """
         t0 = time.perf_counter()
         out: list[list[Completion]] = []
         tokens = 0
+        total = len(prompts) * n
         for chunk in self._pack(prompts, n, params.max_tokens):
-            groups = self._generate_batch([prompts[i] for i in chunk], n, params, greedy)
+            before = len(out) * n
+            report = (lambda d, _b=before: progress(_b + d, total)) if progress is not None else None
+            groups = self._generate_batch([prompts[i] for i in chunk], n, params, greedy, report)
             tokens += sum(len(c.token_ids) for g in groups for c in g)
             out.extend(groups)
         self.last = RolloutStats(tokens, time.perf_counter() - t0, len(prompts) * n)
@@ -135,7 +140,7 @@ class RolloutGenerator:
         return batches
 
     def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams,
-                        greedy: int = 0) -> list[list[Completion]]:
+                        greedy: int = 0, progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         llm = self.llm
         llm.clear()
         seqs: list[_Seq] = []
@@ -158,6 +163,8 @@ class RolloutGenerator:
                 seqs.append(seq)
         while True:
             live = [i for i, s in enumerate(seqs) if s.finish is None]
+            if progress is not None:
+                progress(len(seqs) - len(live))
             if not live:
                 break
             logits = llm.decode(

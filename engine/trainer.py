@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
+from typing import Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +78,8 @@ class TrainStats:
     prompt_tokens: int = 0  # prompt tokens run through the model (once per group with a shared prefix)
     micro_batches: int = 0
     checkpointed: int = 0  # micro-batches that recomputed activations in backward
-    activation_bytes: int = 0  # the largest measured (or, when checkpointed, estimated) micro-batch
+    activation_bytes: int = 0  # the largest micro-batch's, as measured (checkpointed: what it kept)
+    logprob_mean: float = 0.0  # mean completion-token log-prob in the (last) update's forward
 
 
 def _chunk_logprobs(weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -164,7 +165,7 @@ class Trainer:
         hf = model.get_base_model()
         self.decoder = hf.model
         head = hf.get_output_embeddings().weight
-        # Log-softmax in fp32: with a bf16 base, a one-off fp32 copy of the (frozen) head.
+        # Logits and log-softmax in fp32 even for a head stored in lower precision (a one-off fp32 copy).
         self.head_weight = head if head.dtype == torch.float32 else head.detach().float()
         self.dtype = self.decoder.get_input_embeddings().weight.dtype
         self.device = head.device
@@ -214,7 +215,8 @@ class Trainer:
         for i, s in enumerate(seqs):
             ids[i, :len(s)] = torch.tensor(s)
             attn[i, :len(s)] = 1
-        hidden = self.decoder(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).last_hidden_state
+        hidden = self.decoder(input_ids=ids.to(self.device),
+                              attention_mask=attn.to(self.device)).last_hidden_state  # (B, T, H)
         # Position t predicts token t+1: completion tokens start at index len(prompt).
         rows, cols, targets = [], [], []
         for i, s in enumerate(batch):
@@ -222,7 +224,8 @@ class Trainer:
             rows += [i] * c
             cols += range(p - 1, p + c - 1)
             targets += s.completion_ids
-        return hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)], torch.tensor(targets)
+        index = torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)
+        return hidden[index], torch.tensor(targets)
 
     def _weights(self, batch: list[Unit], lp: torch.Tensor, adv: torch.Tensor) -> torch.Tensor | None:
         """engine.offpolicy's per-token weights for a micro-batch, packed like ``_forward``'s tokens."""
@@ -263,8 +266,7 @@ class Trainer:
         self.model.train(was_training)
         return out
 
-    def step(self, groups: Sequence[TrainGroup],
-             on_micro_batch: Callable[[int, int], None] | None = None) -> TrainStats:
+    def step(self, groups: Sequence[TrainGroup]) -> TrainStats:
         """``iterations`` optimizer steps on these groups; returns stats of the last."""
         t0 = time.perf_counter()
         groups = _clean(groups)
@@ -278,7 +280,7 @@ class Trainer:
         checkpointed = act_bytes = 0
         for _ in range(self.cfg.iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            loss_sum = low = high = 0.0
+            loss_sum = low = high = lp_sum = 0.0
             checkpointed = 0
             for i, batch in enumerate(batches):
                 shape = self._shape(batch)
@@ -287,12 +289,11 @@ class Trainer:
                 meter = SavedBytes(self._frozen)
                 with meter:
                     lp, adv = self._forward(batch)
+                act_bytes = max(act_bytes, meter.bytes)
                 if ckpt:
                     checkpointed += 1
-                    act_bytes = max(act_bytes, meter.bytes)
                 else:
                     self.plan.observe(shape, meter.bytes)
-                    act_bytes = max(act_bytes, meter.bytes)
                 lp_old = old[i] if old is not None else lp.detach()
                 # Tokens are packed, so each is passed as a length-1 "sequence" with its own advantage.
                 w = self._weights(batch, lp, adv)
@@ -301,13 +302,13 @@ class Trainer:
                                               weights=w[:, None] if w is not None else None)
                 loss.backward()
                 loss_sum += st.loss
+                lp_sum += float(lp.detach().sum())
                 low += st.clip_low_frac * st.tokens
                 high += st.clip_high_frac * st.tokens
-                if on_micro_batch is not None:
-                    on_micro_batch(i + 1, len(batches))
             self._set_checkpointing(False)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
                           grad_norm, time.perf_counter() - t0, prompt_tokens=prompt_tokens,
-                          micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes)
+                          micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes,
+                          logprob_mean=lp_sum / total_tokens)

@@ -70,10 +70,36 @@ def test_local_file_entry_gets_same_estimate_as_catalog():
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
 def test_memory_grows_with_parameters(device):
     ordered = sorted(CATALOG, key=lambda e: e.n_params)
-    train = [e.memory(device).train_bytes for e in ordered]
     load = [e.memory(device).load_ram_bytes for e in ordered]
-    assert train == sorted(train)
     assert load == sorted(load)
+    # Training memory also grows with the vocabulary (log-prob chunks): compare like with like.
+    for vocab in {e.shape.vocab_size for e in CATALOG}:
+        train = [e.memory(device).train_bytes for e in ordered if e.shape.vocab_size == vocab]
+        assert train == sorted(train), vocab
+
+
+def test_a_large_vocabulary_costs_training_memory():
+    # Gemma 3 270M has fewer parameters than SmolLM2 360M but a 262k vocabulary: on a GPU
+    # (bf16 base) its 256-token chunks of fp32 logits outweigh the difference.
+    gemma, smol = by_name("gemma3-270m"), by_name("smollm2-360m")
+    assert gemma.n_params < smol.n_params
+    assert gemma.memory("cuda").train_bytes > smol.memory("cuda").train_bytes
+
+
+def test_gemma_entries_are_never_picked_automatically():
+    from engine.hardware import format_catalog, recommend
+    from test_hardware import cpu_box, gpu_box
+
+    for name in ("gemma3-270m", "gemma3-1b"):
+        e = by_name(name)
+        assert e.architecture == "gemma3" and not e.auto_pick and "Gemma Terms" in e.licence
+        assert e.memory("cpu").basis == "estimated"
+    # A lone Gemma entry is not a recommendation: the user accepts its terms by naming it.
+    with pytest.raises(Exception, match="empty"):
+        recommend(cpu_box(2, 24), (by_name("gemma3-270m"),))
+    for hw in (cpu_box(4, 16), cpu_box(2, 24), gpu_box(8, ram_gib=32)):
+        assert recommend(hw).entry.architecture != "gemma3"
+    assert "gemma3-270m, gemma3-1b: Gemma Terms of Use" in format_catalog(cpu_box(2, 24))
 
 
 def test_memory_parts_are_plausible():

@@ -9,42 +9,56 @@ sender, train only within its own bounds, and keep every checkpoint.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from websockets.sync.client import connect
 
 from engine.tasks import QuestionStream, build_mix, heldout_set
-from wire.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION
+from wire import protocol as p
+from wire.identity import Identity
 
 from relay_process import RelayProcess
 
 EVAL_DATASETS = ["binary_matrix", "spiral_matrix", "string_insertion", "n_queens", "countdown", "puzzle24",
                  "polynomial_multiplication", "simple_integration", "intermediate_integration"]
-EVIL_ID = "e" * 32
-VICTIM_ID = "7" * 32
-ROUNDS, LOCAL, EXTERNAL, L, MAX_TOKENS = 5, 1, 4, 2, 16
+EVIL = Identity.from_seed(b"e" * 32)
+ROUNDS, LOCAL, EXTERNAL, L, MAX_TOKENS = 3, 1, 8, 2, 16
 
 
 # --- the hand-written client: every frame as raw JSON, through these two functions ---------------
+# It holds a key of its own (key pairs are free): signing is all it needs the protocol module for.
 
-def hostile_connect(url: str, swarm: str, node_id: str):
-    """Connect and say hello as raw JSON (the one place to adapt when the handshake changes)."""
-    ws = connect(url, max_size=MAX_FRAME_BYTES)
-    ws.send(json.dumps({"type": "hello", "v": PROTOCOL_VERSION, "swarm": swarm, "node_id": node_id,
-                        "name": "totally-honest-otter", "model": "evil", "client_version": "evil/1"}))
-    welcome = json.loads(ws.recv(timeout=10))
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _send(ws, frame: dict) -> dict:
+    ws.send(json.dumps({**frame, "v": p.PROTOCOL_VERSION}))
+    return json.loads(ws.recv(timeout=10))
+
+
+def hostile_connect(url: str, swarm: str, me: Identity):
+    """The handshake as raw JSON: hello with our key, sign the relay's nonce."""
+    ws = connect(url, max_size=p.MAX_FRAME_BYTES)
+    challenge = _send(ws, {"type": "hello", "swarm": swarm, "public_key": _b64(me.public_key), "model": "evil",
+                           "client_version": "evil/1"})
+    assert challenge["type"] == "challenge", challenge
+    nonce = base64.b64decode(challenge["nonce"])
+    welcome = _send(ws, {"type": "auth", "signature": _b64(p.sign_challenge(me, swarm, nonce))})
     assert welcome["type"] == "welcome", welcome
     return ws
 
 
-def hostile_publish(ws, groups: list[dict]) -> dict:
-    ws.send(json.dumps({"type": "publish", "v": PROTOCOL_VERSION, "groups": groups}))
-    return json.loads(ws.recv(timeout=10))
+def hostile_publish(ws, me: Identity, swarm: str, groups: list[dict]) -> dict:
+    sigs = [_b64(p.sign_group(me, swarm, msgspec.convert(g, p.Group))) for g in groups]
+    return _send(ws, {"type": "publish", "groups": groups, "signatures": sigs})
 
 
 def _group(q, completions: list[str], rewards: list[float]) -> dict:
@@ -57,7 +71,7 @@ def hostile_groups(marker: Path) -> dict[str, list[dict]]:
     mix = build_mix("easy", tasks=EVAL_DATASETS)
     code = f"__import__('pathlib').Path({str(marker)!r}).write_text('pwned')"
     out: dict[str, list[dict]] = {}
-    stream = QuestionStream(mix, EVIL_ID, 0, [])
+    stream = QuestionStream(mix, EVIL.node_id, 0, [])
     drawn = {}
     while len(drawn) < len(EVAL_DATASETS):  # one real question per dataset
         q = stream.draw(1)[0]
@@ -70,8 +84,8 @@ def hostile_groups(marker: Path) -> dict[str, list[dict]]:
     out["huge_config"] = [huge]
     held = heldout_set(mix, 4)
     out["heldout"] = [_group(h, [f"<answer>{h.answer or 'x'}</answer>", "<answer>no</answer>"], [1.0, 0.0])
-                      for h in held[::9][:3]]
-    long = [q for q in stream.draw(40) if q.spec.dataset == "string_insertion" and q.answer][:3]
+                      for h in held[::9][:2]]
+    long = [q for q in stream.draw(40) if q.spec.dataset == "string_insertion" and q.answer][:2]
     padding = "Let me think about this very carefully. " * 360  # ~14,000 characters
     out["long"] = [_group(q, [padding + f"<answer>{q.answer}</answer>", padding + "<answer>x</answer>"] * 4,
                           [1.0, 0.0] * 4) for q in long]
@@ -92,17 +106,17 @@ def relay(tmp_path):
     r.stop()
 
 
+@pytest.mark.timeout(1800)  # one real node run of 3 rounds; slow on a loaded 2-core machine
 def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_path, relay, model_cache):
     marker = tmp_path / "marker"
     groups = hostile_groups(marker)
-    ws = hostile_connect(relay.url, "hostile", EVIL_ID)
+    ws = hostile_connect(relay.url, "hostile", EVIL)
     published = [g for kind in groups.values() for g in kind]
-    ack = hostile_publish(ws, published)
+    ack = hostile_publish(ws, EVIL, "hostile", published)
     assert ack["type"] == "ack" and ack["accepted"] == len(published), ack
 
     data = tmp_path / "victim"
     data.mkdir()
-    (data / "node.json").write_text(json.dumps({"node_id": VICTIM_ID}))
     events = tmp_path / "victim.jsonl"
     proc = subprocess.run(
         [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--tasks", ",".join(EVAL_DATASETS),
@@ -127,7 +141,7 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     # per-process string hashing, so no receiver regenerates a sender's question; docs/SECURITY.md.)
     assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch"}, reasons
     assert reasons.get("question_mismatch", 0) <= 1
-    assert rounds[-1]["rejected_by_sender"].get(EVIL_ID, 0) == sum(v for k, v in reasons.items() if k != "token_share")
+    assert rounds[-1]["rejected_by_sender"].get(EVIL.node_id, 0) == sum(v for k, v in reasons.items() if k != "token_share")
     if seen == len(published):
         assert reasons.get("foreign_task") == 1 and reasons.get("heldout") == len(groups["heldout"])
     # Nothing longer than max_tokens was trained, and never more than L completions of a group.
