@@ -113,7 +113,7 @@ def keep_records(records: list[dict[str, Any]], rounds_done: dict[int, int]) -> 
 
 ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "groups", "groups_trained",
               "groups_dropped", "external_groups", "external_candidates", "dead_slots_filled", "external_reward_mean",
-              "rejected_groups", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
+              "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
               "round_s", "loss", "per_task")
 
 
