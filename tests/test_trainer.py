@@ -279,13 +279,13 @@ def test_bf16_base_keeps_lora_and_activations_fp32():
 
 @pytest.fixture(scope="module")
 def real_groups(llm) -> list[TrainGroup]:
-    """Three groups of 3 completions sampled by llama.cpp from the bundled model, on real task prompts."""
+    """Two groups of 3 completions sampled by llama.cpp from the bundled model, on real task prompts."""
     from engine.rollout import RolloutGenerator, SamplingParams
     from engine.tasks import build_messages, build_mix, fewshot_messages
 
     mix = build_mix("easy")
     prompts = [llm.prompt_tokens(build_messages(q, fewshot_messages(mix[i % len(mix)], 2)))
-               for i, q in enumerate(["What is 17 + 25?", "What is 3 * 14?", "Sum 4, 9 and 12."])]
+               for i, q in enumerate(["What is 17 + 25?", "Sum 4, 9 and 12."])]
     gen = RolloutGenerator(llm, seed=0).generate(prompts, 3, SamplingParams(max_tokens=12))
     return [TrainGroup(p, [c.token_ids for c in cs], [1.0, -0.5, -0.5]) for p, cs in zip(prompts, gen)]
 
@@ -307,8 +307,8 @@ def bundled_policy(working_gguf: Path, cache: Path, dtype: torch.dtype = torch.f
 @pytest.mark.slow
 def test_shared_prefix_is_exact_on_the_bundled_model(working_gguf, model_cache, real_groups):
     model = bundled_policy(working_gguf, model_cache)
-    assert sum(len(g.prompt_ids) for g in real_groups) > 300  # system prompt + two worked examples each
-    ref_stats, ref = run(model, real_groups, micro_batch=4, shared_prefix=False, checkpointing="always")
+    assert sum(len(g.prompt_ids) for g in real_groups) > 150  # system prompt + two worked examples each
+    ref_stats, ref = run(model, real_groups, micro_batch=4, shared_prefix=False, checkpointing="never")
     stats, got = run(model, real_groups, micro_batch=4)
     assert stats.checkpointed == 0  # small micro-batches fit the default budget: no recomputation
     assert stats.loss == pytest.approx(ref_stats.loss, rel=EXACT)
