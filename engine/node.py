@@ -225,7 +225,7 @@ class Node:
             "gen_s": round(gen.seconds, 3),
             "gen_tokens_per_s": round(gen.tokens_per_s, 1),
             "loss": train.loss,
-            "score_s": round(score_s, 3),
+            "score_s": round(score_s, 4),
             "train_s": round(train.seconds, 3),
             "train_prompt_tokens": train.prompt_tokens,
             "train_completion_tokens": train.tokens,

@@ -98,6 +98,28 @@ def _mask(allowed: torch.Tensor, config: object, dtype: torch.dtype) -> torch.Te
     return allowed
 
 
+def sliding_window(config: object) -> int | None:
+    """The window of a model whose layers mix sliding-window and full attention (Gemma 3), else None."""
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return int(getattr(config, "sliding_window"))
+    return None
+
+
+def _masks(allowed: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, config: object, dtype: torch.dtype,
+           device: torch.device) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The mask for every layer, or one per layer type where some layers see only a window.
+
+    ``q_pos`` (B, q) and ``k_pos`` (B, kv) are true token positions: a sliding layer lets a query
+    see keys less than ``window`` positions back, as transformers' own sliding masks do.
+    """
+    full = _mask(allowed, config, dtype).to(device)
+    window = sliding_window(config)
+    if window is None:
+        return full
+    near = (q_pos[:, :, None] - k_pos[:, None, :] < window)[:, None]  # (B, 1, q, kv)
+    return {"full_attention": full, "sliding_attention": _mask(allowed & near, config, dtype).to(device)}
+
+
 def prompt_mask(lens: torch.Tensor, width: int) -> torch.Tensor:
     """(G, 1, P, P): causal, and never a padded key. Padded query rows still see key 0 (no NaN)."""
     idx = torch.arange(width)
@@ -132,14 +154,16 @@ def hidden_for_targets(decoder: torch.nn.Module, batch: GroupBatch) -> torch.Ten
     B, C = batch.completion_ids.shape
     name = _cache_kwarg(decoder)
     record = PrefixCache()
+    p_pos = torch.arange(P)[None].expand(G, P)
     hp = decoder(input_ids=batch.prompt_ids.to(dev),
-                 attention_mask=_mask(prompt_mask(batch.prompt_lens, P), config, dtype).to(dev),
-                 position_ids=torch.arange(P, device=dev)[None].expand(G, P), use_cache=False,
-                 **{name: record}).last_hidden_state  # (G, P, H)
+                 attention_mask=_masks(prompt_mask(batch.prompt_lens, P), p_pos, p_pos, config, dtype, dev),
+                 position_ids=p_pos.to(dev), use_cache=False, **{name: record}).last_hidden_state  # (G, P, H)
     serve = PrefixCache(record, batch.rows.to(dev))
     positions = batch.prompt_lens[batch.rows][:, None] + torch.arange(C)[None]  # (B, C): continue after the prompt
+    keys = torch.cat([torch.arange(P)[None].expand(B, P), positions], dim=1)  # (B, P + C)
     hc = decoder(input_ids=batch.completion_ids.to(dev),
-                 attention_mask=_mask(completion_mask(batch.prompt_lens, batch.rows, P, C), config, dtype).to(dev),
+                 attention_mask=_masks(completion_mask(batch.prompt_lens, batch.rows, P, C), positions, keys, config,
+                                       dtype, dev),
                  position_ids=positions.to(dev), use_cache=False, **{name: serve}).last_hidden_state  # (B, C, H)
     flat = torch.cat([hp.reshape(G * P, -1), hc.reshape(B * C, -1)])
     return flat.index_select(0, batch.source.to(dev))

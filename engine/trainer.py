@@ -155,7 +155,7 @@ class Trainer:
         hf = model.get_base_model()
         self.decoder = hf.model
         head = hf.get_output_embeddings().weight
-        # Log-softmax in fp32: with a bf16 base, a one-off fp32 copy of the (frozen) head.
+        # Logits and log-softmax in fp32 even for a head stored in lower precision (a one-off fp32 copy).
         self.head_weight = head if head.dtype == torch.float32 else head.detach().float()
         self.dtype = self.decoder.get_input_embeddings().weight.dtype
         self.device = head.device
@@ -205,7 +205,8 @@ class Trainer:
         for i, s in enumerate(seqs):
             ids[i, :len(s)] = torch.tensor(s)
             attn[i, :len(s)] = 1
-        hidden = self.decoder(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).last_hidden_state
+        hidden = self.decoder(input_ids=ids.to(self.device),
+                              attention_mask=attn.to(self.device)).last_hidden_state  # (B, T, H)
         # Position t predicts token t+1: completion tokens start at index len(prompt).
         rows, cols, targets = [], [], []
         for i, s in enumerate(batch):
@@ -213,7 +214,8 @@ class Trainer:
             rows += [i] * c
             cols += range(p - 1, p + c - 1)
             targets += s.completion_ids
-        return hidden[torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)], torch.tensor(targets)
+        index = torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)
+        return hidden[index], torch.tensor(targets)
 
     def _set_checkpointing(self, on: bool) -> None:
         for layer in self.layers:
@@ -240,7 +242,10 @@ class Trainer:
 
     def step(self, groups: Sequence[TrainGroup],
              on_micro_batch: Callable[[int, int], None] | None = None) -> TrainStats:
-        """``iterations`` optimizer steps on these groups; returns stats of the last."""
+        """``iterations`` optimizer steps on these groups; returns stats of the last.
+
+        ``on_micro_batch(done, total)`` after each micro-batch: the app's progress bar.
+        """
         t0 = time.perf_counter()
         groups = _clean(groups)
         if not groups:
@@ -262,12 +267,11 @@ class Trainer:
                 meter = SavedBytes(self._frozen)
                 with meter:
                     lp, adv = self._forward(batch)
+                act_bytes = max(act_bytes, meter.bytes)
                 if ckpt:
                     checkpointed += 1
-                    act_bytes = max(act_bytes, meter.bytes)
                 else:
                     self.plan.observe(shape, meter.bytes)
-                    act_bytes = max(act_bytes, meter.bytes)
                 lp_old = old[i] if old is not None else lp.detach()
                 # Tokens are packed, so each is passed as a length-1 "sequence" with its own advantage.
                 loss, st = clipped_token_loss(lp[:, None], lp_old[:, None], adv, torch.ones_like(lp)[:, None],

@@ -65,7 +65,8 @@ def test_two_offline_rounds_train_and_swap(trained):
     assert all(e["swap_ms"] > 0 and e["tokens_trained"] > 0 for e in trained_rounds)
     # Where the time went, and what training processed: each prompt once per group, completions apart.
     for e in rounds:
-        assert e["gen_s"] > 0 and e["score_s"] > 0 and e["checkpoint_ms"] > 0 and "eval_s" not in e
+        assert e["gen_s"] > 0 and 0 <= e["score_s"] < e["round_s"] and e["checkpoint_ms"] > 0
+        assert e["eval_s"] is None  # no evaluation in these rounds
         parts = e["gen_s"] + e["score_s"] + e["train_s"] + (e["swap_ms"] + e["checkpoint_ms"]) / 1000
         assert parts <= e["round_s"]
         assert e["train_completion_tokens"] == e["tokens_trained"]
