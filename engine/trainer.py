@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Callable, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -240,7 +240,8 @@ class Trainer:
         self.model.train(was_training)
         return out
 
-    def step(self, groups: Sequence[TrainGroup]) -> TrainStats:
+    def step(self, groups: Sequence[TrainGroup],
+             on_micro_batch: Callable[[int, int], None] | None = None) -> TrainStats:
         """``iterations`` optimizer steps on these groups; returns stats of the last."""
         t0 = time.perf_counter()
         groups = _clean(groups)
@@ -277,6 +278,8 @@ class Trainer:
                 lp_sum += float(lp.detach().sum())
                 low += st.clip_low_frac * st.tokens
                 high += st.clip_high_frac * st.tokens
+                if on_micro_batch is not None:  # progress for the app: micro-batches done, of how many
+                    on_micro_batch(i + 1, len(batches))
             self._set_checkpointing(False)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
