@@ -61,9 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance() or QApplication([PROG])
+    # argv[0] sets the X11 window class; with the desktop file name it lets taskbars match the window to
+    # the installed menu entry (packaging/linux/org.saposwarm.sapo-swarm.desktop), on Wayland too.
+    app = QApplication.instance() or QApplication(["sapo-swarm"])
     app.setApplicationName("SAPO Swarm")
-    app.setDesktopFileName("sapo-swarm")
+    app.setDesktopFileName("org.saposwarm.sapo-swarm")
     app.setQuitOnLastWindowClosed(True)
 
     from app.window import MainWindow

@@ -24,9 +24,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 from relay_process import RelayProcess  # noqa: E402
 
-IDS = {"smollm2": "5" * 32, "gemma": "6" * 32}
+from engine.identity import install  # noqa: E402
+from wire.identity import Identity  # noqa: E402
+
+KEYS = {"smollm2": b"\x05" * 32, "gemma": b"\x06" * 32}  # fixed keys: the same node ids in every run
 
 
 def fixture() -> str:
@@ -41,7 +45,7 @@ def run_pair(name: str, models: dict[str, str], rounds: int, local: int, externa
     for who, model in models.items():
         data = workdir / f"{name}-{who}"
         data.mkdir(parents=True)
-        (data / "node.json").write_text(json.dumps({"node_id": IDS[who]}))
+        install(data, Identity.from_seed(KEYS[who]))
         events = workdir / f"{name}-{who}.jsonl"
         swarm = ["--relay", relay.url, "--swarm", name] if relay else ["--offline"]
         cmd = [sys.executable, "-m", "engine", "run", "--model", model, "--rounds", str(rounds), "--local", str(local),

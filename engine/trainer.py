@@ -268,8 +268,7 @@ class Trainer:
 
     def step(self, groups: Sequence[TrainGroup],
              on_micro_batch: Callable[[int, int], None] | None = None) -> TrainStats:
-        """``iterations`` optimizer steps on these groups; returns stats of the last.
-        ``on_micro_batch(done, total)`` after each micro-batch (the node's progress events)."""
+        """``iterations`` optimizer steps on these groups; returns stats of the last."""
         t0 = time.perf_counter()
         groups = _clean(groups)
         if not groups:
@@ -307,7 +306,7 @@ class Trainer:
                 lp_sum += float(lp.detach().sum())
                 low += st.clip_low_frac * st.tokens
                 high += st.clip_high_frac * st.tokens
-                if on_micro_batch is not None:
+                if on_micro_batch is not None:  # progress for the app: micro-batches done, of how many
                     on_micro_batch(i + 1, len(batches))
             self._set_checkpointing(False)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))

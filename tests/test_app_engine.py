@@ -50,7 +50,7 @@ def test_dashboard_and_controls_on_a_real_engine(qtbot, tmp_path, monkeypatch, m
         assert d.feed.rowCount() == 2 * rounds() and d.feed.item(0, 0).text() == "this computer"  # answers' feed
 
         # the power preset while running: the engine takes the new thread count from the next round
-        with qtbot.wait_signal(window.engine.event, timeout=60_000,
+        with qtbot.wait_signal(window.engine.event, timeout=ROUND_MS,
                                check_params_cb=lambda e: isinstance(e, ev.Status) and "threads will be 1" in e.message):
             window.set_power("light")
 

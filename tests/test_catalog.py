@@ -70,12 +70,14 @@ def test_local_file_entry_gets_same_estimate_as_catalog():
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
 def test_memory_grows_with_parameters(device):
     ordered = sorted(CATALOG, key=lambda e: e.n_params)
-    load = [e.memory(device).load_ram_bytes for e in ordered]
-    assert load == sorted(load)
-    # Training memory also grows with the vocabulary (log-prob chunks): compare like with like.
+    # Memory also grows with the vocabulary (log-prob chunks, the embedding's dequantization on
+    # load): compare like with like.
     for vocab in {e.shape.vocab_size for e in CATALOG}:
-        train = [e.memory(device).train_bytes for e in ordered if e.shape.vocab_size == vocab]
+        same = [e for e in ordered if e.shape.vocab_size == vocab]
+        train = [e.memory(device).train_bytes for e in same]
+        load = [e.memory(device).load_ram_bytes for e in same]
         assert train == sorted(train), vocab
+        assert load == sorted(load), vocab
 
 
 def test_a_large_vocabulary_costs_training_memory():
@@ -93,7 +95,7 @@ def test_gemma_entries_are_never_picked_automatically():
     for name in ("gemma3-270m", "gemma3-1b"):
         e = by_name(name)
         assert e.architecture == "gemma3" and not e.auto_pick and "Gemma Terms" in e.licence
-        assert e.memory("cpu").basis == "estimated"
+    assert by_name("gemma3-1b").memory("cpu").basis == "estimated"
     # A lone Gemma entry is not a recommendation: the user accepts its terms by naming it.
     with pytest.raises(Exception, match="empty"):
         recommend(cpu_box(2, 24), (by_name("gemma3-270m"),))
@@ -119,8 +121,9 @@ def test_basis_marks_measured_and_estimated():
     assert bundled_entry().memory("cpu").basis.startswith("measured")
     assert bundled_entry().memory("cuda").basis == "estimated"  # measured on CPU only
     for e in CATALOG:
-        if not e.bundled:
+        if e.measured is None:
             assert e.memory("cpu").basis == "estimated"
+    assert by_name("gemma3-270m").memory("cpu").basis == "measured (training, load), rest estimated"
 
 
 def test_lora_param_count_matches_peft_for_bundled():

@@ -325,3 +325,11 @@ def test_bf16_base_stays_close_to_fp32_on_the_bundled_model(working_gguf, model_
           f"gradient cosine {cosine(bf16, fp32):.4f}")
     assert bf16_stats.logprob_mean == pytest.approx(fp32_stats.logprob_mean, abs=0.05)
     assert cosine(bf16, fp32) > 0.95
+
+
+def test_progress_is_reported_per_micro_batch():
+    calls: list[tuple[int, int]] = []
+    trainer = Trainer(tiny_policy(), TrainConfig(micro_batch=5))
+    stats = trainer.step(groups(), lambda done, total: calls.append((done, total)))
+    n = stats.micro_batches
+    assert n > 1 and calls == [(i, n) for i in range(1, n + 1)]
