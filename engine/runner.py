@@ -91,8 +91,6 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     data_dir = prepare_data_dir(args.data_dir)
     loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
     node_id = loaded.identity.node_id
-    if loaded.note:
-        events.status(loaded.note)
     if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
         from engine.swarm import check_relay_url
 
@@ -117,6 +115,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
 
     from engine.node import Node
 
+    if loaded.note:  # said once set-up has succeeded, so that a bad setting stays a one-line error
+        events.status(loaded.note)
     swarm = None
     if cfg.relay and not cfg.offline:
         from engine.swarm import SwarmClient
