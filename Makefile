@@ -1,7 +1,7 @@
 # The two commands of the README. Both set up .venv first (once; later runs skip it).
 ROUNDS ?= 20
 
-.PHONY: setup run test bench
+.PHONY: setup run test bench fixtures
 
 setup:
 	@scripts/setup.sh
@@ -9,7 +9,11 @@ setup:
 run: setup
 	.venv/bin/sapo-engine run --model smollm2-135m --offline --rounds $(ROUNDS)
 
-test: setup
+# Test-only model files (Gemma 3 270M: Google's Gemma terms), fetched once into a cache, never bundled.
+fixtures: setup
+	@scripts/test-fixtures.sh >/dev/null
+
+test: setup fixtures
 	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider
 
 bench: setup

@@ -1,12 +1,22 @@
-"""Peak memory and time of one GRPO training step, the engine's way against the naive way.
+"""One GRPO training step: today's against the new default, side by side, on real groups.
 
-Each variant runs in its own process (peak RSS is per process), on the bundled model's
-Q4_0 working copy, LoRA r 16 on all linear layers, random token ids, sequences of
-``--prompt`` + ``--completion`` tokens:
-  engine: micro-batches, gradient checkpointing, chunked target log-probs over completion positions;
-  naive:  one forward over the whole batch, full-vocabulary logits and log-softmax at every position.
+Groups are real: questions of the easy and paper presets, prompts as the node builds them
+(system prompt + 2 worked examples, the tiny-model default), L completions sampled by
+llama.cpp from the bundled model (max 96 tokens, temperature 1), advantages from their
+rewards (a group without reward spread gets +1/-1 advantages instead of being dropped: a
+step costs the same either way). Variants, each in its own process (peak RSS is per process):
+  today:   each completion re-runs its prompt, fp32, checkpointing always (the step before issue 11)
+  fp32:    shared prompt per group, fp32, checkpointing only over the memory budget
+  default: shared prompt per group, the engine's automatic dtype (bf16 where the CPU has
+           avx512_bf16/AMX), checkpointing only over the memory budget
+Each child loads the model, runs one warm-up step on one group (first-call costs), then times
+``--repeats`` steps on all groups and reports the fastest. Also reported: loss, mean completion
+log-prob and gradient norm of the first timed step (fp32 must equal today's), peak RSS.
+The memory check (full run only): 8 groups x 4 completions of 64 + 192 random tokens, the
+32 x 256 update, for today's step and the default.
 
-    python benchmarks/bench_train.py [--seqs 32] [--naive-seqs 16] [--prompt 64] [--completion 192]
+    python benchmarks/bench_train.py [--groups 8] [--threads N] [--repeats 2]
+    python benchmarks/bench_train.py --quick     # one small easy set at L = 4; last line: speedup=X.XX
 """
 
 from __future__ import annotations
@@ -22,80 +32,164 @@ import tempfile
 import time
 from pathlib import Path
 
+VARIANTS = {
+    "today": {"shared_prefix": False, "checkpointing": "always", "dtype": "fp32"},
+    "fp32": {"shared_prefix": True, "checkpointing": "auto", "dtype": "fp32"},
+    "default": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},
+}
 
-def child(variant: str, seqs: int, prompt: int, completion: int, micro: int, cache: str, threads: int) -> None:
-    import torch
 
-    from engine.hardware import tune_allocator
+def _model_path(cache: Path) -> Path:
     from engine.modelfile import bundled_model_path
-    from engine.policy import attach_lora, load_base, lora_config
-    from engine.groups import TrainSequence as Sample
-from engine.trainer import TrainConfig, Trainer
     from engine.weights import working_gguf
 
-    if variant == "engine":
-        tune_allocator()  # part of the engine's way; the naive run keeps glibc's defaults
+    return working_gguf(bundled_model_path(), "auto", cache / "models")
+
+
+def make_groups(preset: str, n_groups: int, completions: int, cache: Path, threads: int, out: Path) -> None:
+    """Sample real groups with llama.cpp and write them as JSON (token ids and advantages)."""
+    from engine.grpo import group_advantages
+    from engine.llm import LlamaModel
+    from engine.rewards import score_completion
+    from engine.rollout import RolloutGenerator, SamplingParams
+    from engine.tasks import QuestionStream, build_messages, build_mix, fewshot_messages, scorer_for
+
+    mix = build_mix(preset)
+    questions = QuestionStream(mix, "bench", 0, []).draw(n_groups)
+    llm = LlamaModel(_model_path(cache), n_ctx=8192 + completions * 96 * 4, n_seq_max=4 * completions, threads=threads)
+    shots = {e.dataset: fewshot_messages(e, 2) for e in mix}
+    prompts = [llm.prompt_tokens(build_messages(q.question, shots[q.spec.dataset])) for q in questions]
+    outs = RolloutGenerator(llm, seed=0).generate(prompts, completions, SamplingParams(max_tokens=96))
+    groups = []
+    for q, p, cs in zip(questions, prompts, outs):
+        rewards = [score_completion(scorer_for(q.spec), q.entry, c.text, 0.1).reward for c in cs]
+        adv = group_advantages(rewards) or [(-1.0) ** i for i in range(len(cs))]
+        groups.append({"prompt": p, "completions": [c.token_ids for c in cs], "advantages": adv})
+    llm.close()
+    out.write_text(json.dumps(groups))
+
+
+def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, repeats: int,
+          micro_batch: int) -> None:
+    import torch
+
+    from engine.accel import choose_dtype, memory_budget
+    from engine.groups import TrainGroup
+    from engine.hardware import tune_allocator
+    from engine.policy import attach_lora, load_base, lora_config
+    from engine.trainer import TrainConfig, Trainer
+
+    tune_allocator()  # as the engine does at start
     torch.set_num_threads(threads)
+    v = VARIANTS[variant]
+    device = torch.device("cpu")
+    dtype = choose_dtype(v["dtype"], device)
+    raw = json.loads(groups_file.read_text())
+    groups = [TrainGroup(g["prompt"], g["completions"][:completions], g["advantages"][:completions]) for g in raw]
     torch.manual_seed(0)
-    path = working_gguf(bundled_model_path(), "auto", Path(cache) / "models")
-    model = attach_lora(load_base(path, Path(cache) / "torch"),
-                        lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
-    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    model = attach_lora(load_base(_model_path(cache), cache / "torch", dtype=dtype),
+                        lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"]))
+    trainer = Trainer(model, TrainConfig(micro_batch=micro_batch, checkpointing=v["checkpointing"],
+                                         shared_prefix=v["shared_prefix"],
+                                         memory_budget=memory_budget(None, device)))
+    trainer.step(groups[:1])  # warm-up: oneDNN kernel selection, allocator, first-call costs
+    times, first = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        stats = trainer.step(groups)
+        times.append(time.perf_counter() - t0)
+        first = first or stats
+    assert first is not None
+    print(json.dumps({
+        "variant": variant, "dtype": str(dtype).replace("torch.", ""), "step_s": round(min(times), 2),
+        "loss": first.loss, "logprob_mean": round(first.logprob_mean, 6), "grad_norm": round(first.grad_norm, 6),
+        "prompt_tokens": first.prompt_tokens, "completion_tokens": first.tokens,
+        "checkpointed": f"{first.checkpointed}/{first.micro_batches}",
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}))
+
+
+def memory_groups(out: Path) -> None:
     rng = random.Random(0)
-    samples = [Sample([rng.randrange(49152) for _ in range(prompt)], [rng.randrange(49152) for _ in range(completion)],
-                      rng.uniform(-1, 1)) for _ in range(seqs)]
-    t0 = time.perf_counter()
-    if variant == "engine":
-        trainer = Trainer(model, TrainConfig(micro_batch=micro))
-        stats = trainer.step(samples)
-        loss = stats.loss
-    else:
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=3e-4)
-        model.train()
-        ids = torch.tensor([s.prompt_ids + s.completion_ids for s in samples])  # (B, T)
-        logits = model(input_ids=ids).logits.float()  # (B, T, V): the whole thing
-        logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-        mask = torch.zeros_like(logp)
-        mask[:, prompt - 1:] = 1
-        adv = torch.tensor([s.advantage for s in samples])[:, None]
-        loss_t = -(torch.exp(logp - logp.detach()) * adv * mask).sum() / mask.sum()
-        loss_t.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        loss = float(loss_t)
-    dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"variant": variant, "seqs": seqs, "tokens": seqs * (prompt + completion), "step_s": round(dt, 1),
-                      "peak_rss_gib": round(peak, 2), "rss_after_load_gib": round(rss_loaded, 2), "loss": loss}))
+    groups = [{"prompt": [rng.randrange(49152) for _ in range(64)],
+               "completions": [[rng.randrange(49152) for _ in range(192)] for _ in range(4)],
+               "advantages": [rng.uniform(-1, 1) for _ in range(4)]} for _ in range(8)]
+    out.write_text(json.dumps(groups))
+
+
+def _run_child(args: argparse.Namespace, variant: str, groups_file: Path, completions: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", variant, str(groups_file), str(completions), "--cache", str(args.cache),
+           "--threads", str(args.threads), "--repeats", str(args.repeats), "--micro-batch", str(args.micro_batch)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"variant": variant, "error": out.stderr.strip().splitlines()[-1][-300:] if out.stderr.strip() else "?"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare(args: argparse.Namespace, label: str, groups_file: Path, completions: int,
+            variants: tuple[str, ...] = ("today", "fp32", "default")) -> dict[str, dict]:
+    results = {}
+    for variant in variants:
+        r = _run_child(args, variant, groups_file, completions)
+        results[variant] = r
+        print(f"{label} {json.dumps(r)}", flush=True)
+    if "step_s" in results.get("today", {}):
+        base = results["today"]["step_s"]
+        ratios = {v: round(base / r["step_s"], 2) for v, r in results.items() if v != "today" and "step_s" in r}
+        print(f"{label} speedup over today: {ratios}", flush=True)
+    return results
 
 
 def main() -> None:
+    from engine.paths import default_threads
+
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seqs", type=int, default=32)
-    ap.add_argument("--naive-seqs", type=int, default=16, help="the naive step needs ~0.7 GB per sequence here")
-    ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--completion", type=int, default=192)
-    ap.add_argument("--micro-batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--child", nargs=2, metavar=("VARIANT", "SEQS"))
-    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "sapo-bench-cache"))
+    ap.add_argument("--quick", action="store_true", help="one small easy set at L = 4 (about 3 minutes)")
+    ap.add_argument("--groups", type=int, default=8, help="groups per step (make run: I + J = 8)")
+    ap.add_argument("--threads", type=int, default=default_threads())
+    ap.add_argument("--repeats", type=int, default=2, help="timed steps per variant; the fastest counts")
+    ap.add_argument("--micro-batch", type=int, default=8, help="completions per micro-batch (engine default, tiny)")
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SAPO_CACHE_DIR") or
+                                                      Path(tempfile.gettempdir()) / "sapo-bench-cache"))
+    ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
+    ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), args.prompt, args.completion, args.micro_batch, args.cache, args.threads)
+        child(args.child[0], Path(args.child[1]), int(args.child[2]), args.cache, args.threads, args.repeats,
+              args.micro_batch)
         return
-    print(f"one GRPO step, sequences of {args.prompt} + {args.completion} tokens, bundled model Q4_0, LoRA r16 all linear, "
-          f"{args.threads} threads")
-    runs = [("engine", args.seqs), ("engine", args.naive_seqs), ("naive", args.naive_seqs)]
-    # Warm the dequantized-weights cache first so that no variant pays for (or peaks in) the GGUF conversion.
-    subprocess.run([sys.executable, __file__, "--child", "engine", "1", "--prompt", "8", "--completion", "8", "--cache", args.cache],
-                   check=True, capture_output=True)
-    for variant, seqs in runs:
-        out = subprocess.run([sys.executable, __file__, "--child", variant, str(seqs), "--prompt", str(args.prompt),
-                              "--completion", str(args.completion), "--micro-batch", str(args.micro_batch),
-                              "--threads", str(args.threads), "--cache", args.cache], capture_output=True, text=True)
-        line = out.stdout.strip().splitlines()[-1] if out.returncode == 0 else json.dumps({"variant": variant, "seqs": seqs, "error": out.stderr[-300:]})
-        print(line, flush=True)
+    if args.make_groups:
+        preset, n, L, out = args.make_groups
+        make_groups(preset, int(n), int(L), args.cache, args.threads, Path(out))
+        return
+
+    work = Path(tempfile.mkdtemp(prefix="bench-train-"))
+    presets, lengths = (["easy"], [4]) if args.quick else (["easy", "paper"], [4, 8])
+    if args.quick:
+        args.groups, args.repeats = min(args.groups, 2), 1
+    print(f"one GRPO step on {args.groups} real groups, bundled model Q4_0, LoRA r16 all linear, "
+          f"micro-batch {args.micro_batch}, {args.threads} threads")
+    t0 = time.perf_counter()
+    for preset in presets:
+        path = work / f"{preset}.json"
+        subprocess.run([sys.executable, __file__, "--make-groups", preset, str(args.groups), str(max(lengths)),
+                        str(path), "--cache", str(args.cache), "--threads", str(args.threads)], check=True)
+        raw = json.loads(path.read_text())
+        for L in lengths:
+            p = sum(len(g["prompt"]) for g in raw) / len(raw)
+            c = sum(len(x) for g in raw for x in g["completions"][:L]) / (len(raw) * L)
+            label = f"[{preset} L={L} prompt~{p:.0f} completion~{c:.0f}]"
+            results = compare(args, label, path, L)
+    if not args.quick:
+        path = work / "memory.json"
+        memory_groups(path)
+        compare(args, "[memory 32 x (64 + 192) random tokens]", path, 4, ("today", "default"))
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.quick:
+        today, new = results.get("today", {}), results.get("default", {})
+        if "step_s" not in today or "step_s" not in new:
+            sys.exit(f"a variant failed: {today.get('error') or new.get('error')}")
+        print(f"speedup={today['step_s'] / new['step_s']:.2f}")
 
 
 if __name__ == "__main__":

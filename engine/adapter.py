@@ -13,6 +13,10 @@ llama.cpp's tensor names (``blk.N.attn_q.weight.lora_a`` / ``.lora_b``); llama.c
   that, so torch sees HF order. B of q_proj / k_proj gets the converter's row order back.
 - llama.cpp has a single alpha per file, peft one scaling per module: any module whose
   scaling differs from ``alpha / r`` (rsLoRA, rank or alpha patterns) has it folded into B.
+
+Gemma 3 needs nothing more: its converter leaves q/k rows in HF order (NEOX-style rotary),
+its q/k norms act on whole heads after the projection (so a LoRA on q/k is the same on both
+sides), and gguf-py's tensor map names its projections like llama's.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
 
 # Architectures we export for, and whether llama.cpp's converter reorders their q/k rows.
 # Keep in sync with engine.modelfile.SUPPORTED_ARCHITECTURES.
-ROPE_PERMUTED: dict[str, bool] = {"llama": True, "qwen2": False, "qwen3": False}
+ROPE_PERMUTED: dict[str, bool] = {"llama": True, "qwen2": False, "qwen3": False, "gemma3": False}
 
 
 def export_gguf_adapter(model: PeftModel, arch: str, out_path: Path, *, n_head: int | None = None,
@@ -142,8 +146,8 @@ def _lora_layers(model: PeftModel) -> list[tuple[str, torch.Tensor, float, torch
     out = []
     for module_name, module in _lora_modules(model, name):
         # A no-op for fp32 weights: no copy before writing.
-        a = module.lora_A[name].weight.detach().float().contiguous()
-        b = module.lora_B[name].weight.detach().float().contiguous()
+        a = module.lora_A[name].weight.detach().float().cpu().contiguous()
+        b = module.lora_B[name].weight.detach().float().cpu().contiguous()
         out.append((module_name, a, float(module.scaling[name]), b))
     return out
 

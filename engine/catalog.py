@@ -130,6 +130,10 @@ class CatalogEntry:
     tied_embeddings: bool = True
     local_path: Path | None = None  # for source == "local"
     measured: Measured | None = None
+    # False for models under terms the user accepts by choosing them (Gemma): never picked
+    # automatically, only when named.
+    auto_pick: bool = True
+    licence: str = ""  # shown to the user where it is not a plain open licence
 
     @property
     def bundled(self) -> bool:
@@ -229,12 +233,37 @@ _BUNDLED_MEASURED = Measured(
 )
 
 # Shapes are from each model's config.json; n_params is the GGUF tensor total (tied
-# embeddings stored once). File sizes as listed on the Hub.
+# embeddings stored once). File sizes as listed on the Hub. Memory needs: estimated by the
+# formula, except what was measured (the bundled model; Gemma 3 270M's training and load).
+# Gemma 3: shapes and n_params are those of the real 270M file (tests/test_gemma.py) and the
+# 1B config; their 262,144-token vocabulary makes the log-prob chunks (and so training
+# memory) larger than a model of the same size with a 49k or 152k vocabulary would need.
+_GEMMA_TERMS = "Gemma Terms of Use (ai.google.dev/gemma/terms), accepted by choosing the model"
+# Gemma 3 270M, measured on the same box (torch 2.13 CPU, transformers 5.24, peft 0.21) with the
+# test fixture, the base model's Q4_K_M file (same shape as the instruct Q8_0 entry; torch holds
+# both in fp32), peak RSS of the whole process, while other jobs loaded the machine:
+# - load: AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=float32): 3,310 MB,
+#   0.9 GB over the formula (not traced; the 670 MB fp32 embedding is the likely extra copy);
+# - training: LoRA r 16 on all linear layers, one micro-batch of 4 x 1024 tokens (64 prompt +
+#   960 completion), gradient checkpointing, 256-token log-prob chunks, one AdamW step, the
+#   allocator tuned: 2,591 MB (formula: 2,752 MB).
+# Rollout stays estimated (it depends on the file, and the entry's file is the Q8_0 one).
+_GEMMA_270M_MEASURED = Measured(
+    train_cpu_bytes=2_591_191_040,
+    load_ram_cpu_bytes=3_309_871_104,
+    how="peak RSS on the 2-core reference box, base Q4_K_M file of the same shape; rollout estimated",
+)
 CATALOG: tuple[CatalogEntry, ...] = (
     CatalogEntry(
         "smollm2-135m", "SmolLM2 135M Instruct (bundled)", None, "SmolLM2-135M-Instruct.Q4_1.gguf",
         "Q4_1", "llama", 134_515_008, 98_362_432,
         _shape(134_515_008, 30, 576, 9, 3, 64, 1536, 49152), source="bundled", measured=_BUNDLED_MEASURED,
+    ),
+    CatalogEntry(
+        "gemma3-270m", "Gemma 3 270M Instruct", "ggml-org/gemma-3-270m-it-GGUF",
+        "gemma-3-270m-it-Q8_0.gguf", "Q8_0", "gemma3", 268_098_176, 291_545_600,
+        _shape(268_098_176, 18, 640, 4, 1, 256, 2048, 262144), auto_pick=False, licence=_GEMMA_TERMS,
+        measured=_GEMMA_270M_MEASURED,
     ),
     CatalogEntry(
         "smollm2-360m", "SmolLM2 360M Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct-GGUF",
@@ -250,6 +279,11 @@ CATALOG: tuple[CatalogEntry, ...] = (
         "qwen3-0.6b", "Qwen3 0.6B", "Qwen/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q8_0.gguf",
         "Q8_0", "qwen3", 596_049_920, 639_446_688,
         _shape(596_049_920, 28, 1024, 16, 8, 128, 3072, 151936),
+    ),
+    CatalogEntry(  # file size as listed (1.07 GB), rounded: the download has the exact size
+        "gemma3-1b", "Gemma 3 1B Instruct", "ggml-org/gemma-3-1b-it-GGUF",
+        "gemma-3-1b-it-Q8_0.gguf", "Q8_0", "gemma3", 999_885_952, 1_070_000_000,
+        _shape(999_885_952, 26, 1152, 4, 1, 256, 6912, 262144), auto_pick=False, licence=_GEMMA_TERMS,
     ),
     CatalogEntry(
         "llama3.2-1b", "Llama 3.2 1B Instruct", "bartowski/Llama-3.2-1B-Instruct-GGUF",

@@ -47,7 +47,7 @@ def lora_digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
         h.update(name.encode())
-        h.update(tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes())
+        h.update(tensors[name].detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 

@@ -1,7 +1,9 @@
 """``sapo-engine``: the headless node.
 
     sapo-engine run [--offline] [--rounds N] [--data-dir DIR] [--events FILE] [--config FILE] [flags]
-    sapo-engine models
+    sapo-engine models [--json] [--measure]
+    sapo-engine download MODEL [--events -]
+    sapo-engine identity [--data-dir DIR] [--json]
     sapo-engine export --data-dir DIR OUT
     sapo-engine verify [settings] GROUP.json
 
@@ -48,7 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--control", choices=["stdin"], help="read commands (pause, resume, stop, set_threads) as JSON lines")
     add_setting_flags(run)  # one flag per NodeConfig field, generated
 
-    sub.add_parser("models", help="list the model catalog, what fits this machine, and the recommendation")
+    models = sub.add_parser("models", help="list the model catalog, what fits this machine, and the recommendation")
+    models.add_argument("--json", action="store_true", help="one JSON object (wire/models.py) instead of a table")
+    models.add_argument("--measure", action="store_true",
+                        help="time the bundled model here first (once; cached) to estimate each model's round time")
+    models.add_argument("--threads", type=_int, help="threads the measurement uses (default: physical cores)")
+
+    dl = sub.add_parser("download", help="fetch a catalog model into the local cache (with --events -: progress events)")
+    dl.add_argument("model", help="catalog name (see 'sapo-engine models')")
+    dl.add_argument("--events", choices=["-"], help="write download events as JSON lines on stdout")
+
+    ident = sub.add_parser("identity", help="this node's id and name (made on first use)")
+    ident.add_argument("--data-dir", type=Path)
+    ident.add_argument("--json", action="store_true", help="one JSON object (wire/models.py NodeIdentity)")
 
     exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
     exp.add_argument("--data-dir", type=Path)
@@ -61,6 +75,67 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _models(args: argparse.Namespace) -> int:
+    from engine.hardware import detect, format_catalog
+
+    hw = detect()
+    if not args.json and not args.measure:
+        print(format_catalog(hw))
+        return 0
+    from engine.models_report import build_report, speed_for
+    from engine.paths import default_cache_dir, default_threads
+    from wire.models import encode_report
+
+    speed = speed_for(default_cache_dir(), args.threads or default_threads(), args.measure)
+    report = build_report(hw, speed)
+    if args.json:
+        print(encode_report(report).decode())
+    else:
+        print(format_catalog(hw))
+        print("\nExpected time of one round here (scaled from the bundled model's measured speed):")
+        for m in report.models:
+            print(f"  {m.name:<14} {m.round_s:>8.0f} s")
+        print(f"recommended with speed weighed in: {report.recommended} ({report.reason})")
+    return 0
+
+
+def _download(args: argparse.Namespace) -> int:
+    from engine.catalog import by_name
+    from engine.download import ensure_model
+    from engine.events import EventLog
+    from engine.runner import _download_progress
+    from wire import events as ev
+
+    entry = by_name(args.model)
+    if entry is None:
+        raise SapoError(f"unknown model {args.model!r} (`sapo-engine models` lists the catalog)")
+    events = EventLog()
+    if args.events == "-":
+        events.add_jsonl(sys.stdout)
+    try:
+        path = ensure_model(entry, progress=_download_progress(events, entry.filename) if args.events else True)
+    except SapoError as exc:
+        events.emit(ev.ErrorEvent(message=str(exc)))
+        raise
+    events.emit(ev.Status(message=f"{entry.display_name} is at {path}"))
+    if not args.events:
+        print(path)
+    return 0
+
+
+def _identity(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from engine.identity import load_or_create
+    from wire.identity import display_name
+    from wire.models import NodeIdentity
+
+    node_id = load_or_create(prepare_data_dir(args.data_dir)).identity.node_id
+    ident = NodeIdentity(node_id, display_name(node_id))
+    print(msgspec.json.encode(ident).decode() if args.json else f"{ident.node_name} ({ident.node_id})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -69,10 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run(args)
         if args.command == "models":
-            from engine.hardware import detect, format_catalog
-
-            print(format_catalog(detect()))
-            return 0
+            return _models(args)
+        if args.command == "download":
+            return _download(args)
+        if args.command == "identity":
+            return _identity(args)
         if args.command == "export":
             from engine.export import export
 

@@ -92,6 +92,22 @@ class NodeConfig:
     eps_low: float = setting(0.2, "PPO clip range below 1", source="paper, DAPO")
     eps_high: float = setting(0.28, "PPO clip range above 1", source="DAPO clip-higher")
     weight_decay: float = setting(0.0, "AdamW weight decay")
+    # --- training speed (results do not depend on these, except train_dtype within bf16's precision) ---
+    train_dtype: str = setting(
+        "auto", "frozen base weights for training: auto, bf16 or fp32 (auto: bf16 on CPUs with avx512_bf16/AMX "
+                "and CUDA GPUs of compute capability 8+; LoRA weights, optimizer and log-softmax stay fp32)",
+        source="measured here (docs/BENCHMARKS.md): bf16 matmuls 1.7-2.5x faster on an avx512_bf16 CPU")
+    checkpointing: str = setting(
+        "auto", "recompute activations in backward: auto (only when a micro-batch's activations exceed "
+                "--train-memory-mb), always or never")
+    train_memory_mb: int | None = setting(
+        None, "activation memory a training micro-batch may keep before recomputing "
+              "(unset: a quarter of the free memory at start, at most 1024)",
+        source="keeps the 32 x 256-token update under 2 GB on the bundled model (docs/BENCHMARKS.md)")
+    device: str = setting("auto", "where torch trains: auto, cpu or cuda (auto: cuda when torch sees a GPU)")
+    gpu_layers: int | None = setting(
+        None, "model layers llama.cpp runs on the GPU (unset: all when llama.cpp was built with GPU offload "
+              "and a CUDA GPU is present, else 0)")
     # --- evaluation ---
     eval_every: int = setting(10, "rounds between held-out evaluations (0 = never)")
     eval_per_task: int = setting(16, "held-out questions per task")
@@ -267,6 +283,13 @@ def validate(cfg: NodeConfig) -> None:
     need(len(cfg.lora_targets) > 0, "LoRA targets must name at least one module")
     need(cfg.iterations >= 1, f"iterations must be >= 1, got {cfg.iterations}")
     need(cfg.micro_batch is None or cfg.micro_batch >= 1, f"micro batch must be >= 1, got {cfg.micro_batch}")
+    need(cfg.train_dtype in ("auto", "bf16", "fp32"), f"train dtype must be auto, bf16 or fp32, got {cfg.train_dtype!r}")
+    need(cfg.checkpointing in ("auto", "always", "never"),
+         f"checkpointing must be auto, always or never, got {cfg.checkpointing!r}")
+    need(cfg.train_memory_mb is None or cfg.train_memory_mb >= 1,
+         f"train memory must be >= 1 MB, got {cfg.train_memory_mb}")
+    need(cfg.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {cfg.device!r}")
+    need(cfg.gpu_layers is None or cfg.gpu_layers >= 0, f"gpu layers must be >= 0, got {cfg.gpu_layers}")
     need(cfg.grad_clip > 0, f"grad clip must be > 0, got {cfg.grad_clip}")
     need(0 <= cfg.eps_low < 1 and cfg.eps_high >= 0, "clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0")
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")

@@ -82,6 +82,41 @@ def ensure_model(entry: CatalogEntry, cache_dir: str | os.PathLike[str] | None =
     return path
 
 
+def cached_path(entry: CatalogEntry, cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The entry's file when it is on this machine already (bundled, local, or in the Hub cache); no network."""
+    if entry.source == "bundled":
+        return bundled_model_path()
+    if entry.source == "local":
+        return Path(entry.local_path) if entry.local_path is not None and Path(entry.local_path).is_file() else None
+    if not entry.repo_id:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = str(Path(cache_dir).expanduser()) if cache_dir is not None else None
+    found = try_to_load_from_cache(entry.repo_id, entry.filename, cache_dir=cache, revision=REVISION)
+    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+
+def hub_reachable(endpoint: str | None = None, timeout_s: float = 3.0) -> bool:
+    """Whether the Hub answers a TCP connection within ``timeout_s`` (offline mode: False at once).
+
+    A quick probe so that a node with no network falls back at once instead of letting
+    huggingface_hub retry for tens of seconds.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    if _offline():
+        return False
+    parts = urlsplit((endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"))
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def _validate(path: Path) -> GGUFInfo:
     return inspect_gguf(path)
 

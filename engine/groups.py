@@ -1,4 +1,4 @@
-"""Plain data that flows through a round: completions, scored groups, training sequences.
+"""Plain data that flows through a round: completions, scored groups, training groups.
 
 No torch, no llama.cpp: the pure algorithm (``engine.grpo``) and its tests use these
 without loading a model.
@@ -43,6 +43,25 @@ class TrainSequence:
     prompt_ids: list[int]
     completion_ids: list[int]
     advantage: float
+
+
+@dataclass(frozen=True)
+class TrainGroup:
+    """One question group to train on: a prompt, its completions, one advantage per completion.
+
+    The trainer runs the prompt once for all completions (``engine.prefix``).
+    """
+
+    prompt_ids: list[int]
+    completions: list[list[int]]
+    advantages: list[float]
+
+    def __post_init__(self) -> None:
+        if len(self.completions) != len(self.advantages):
+            raise ValueError(f"{len(self.completions)} completions but {len(self.advantages)} advantages")
+
+    def sequences(self) -> list[TrainSequence]:
+        return [TrainSequence(self.prompt_ids, c, a) for c, a in zip(self.completions, self.advantages)]
 
 
 def summarize(groups: list[ScoredGroup]) -> dict[str, float]:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from engine.groups import ScoredGroup, TrainSequence
+from engine.groups import ScoredGroup, TrainGroup
 from wire.protocol import has_spread
 
 ADV_EPS = 1e-4
@@ -69,14 +69,14 @@ def clipped_token_loss(
     return loss, LossStats(float(loss.item()), float(low.sum()) / tot, float(high.sum()) / tot, int(n_tokens))
 
 
-def build_sequences(groups: list[ScoredGroup]) -> tuple[list[TrainSequence], int]:
-    """Training sequences from groups with reward spread; returns them and the number of groups dropped."""
-    out: list[TrainSequence] = []
+def build_groups(groups: list[ScoredGroup]) -> tuple[list[TrainGroup], int]:
+    """Training groups from scored groups with reward spread; returns them and the number dropped."""
+    out: list[TrainGroup] = []
     dropped = 0
     for g in groups:
         adv = group_advantages(g.rewards)
         if adv is None:
             dropped += 1
             continue
-        out += [TrainSequence(g.prompt_ids, c.token_ids, a) for c, a in zip(g.completions, adv)]
+        out.append(TrainGroup(g.prompt_ids, [c.token_ids for c in g.completions], adv))
     return out, dropped

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import psutil
 
@@ -267,13 +267,38 @@ class Recommendation:
     reason: str  # one human sentence
 
 
-def recommend(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG) -> Recommendation:
-    """The largest catalog model (by parameters) that fits; earlier catalog entries win ties."""
+# With a speed measurement, the recommendation is the largest fitting model whose rounds take
+# at most this long here: a volunteer should see progress every few minutes.
+TARGET_ROUND_S = 180.0
+
+
+def recommend(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG,
+              round_s: Callable[[CatalogEntry], float] | None = None) -> Recommendation:
+    """The largest catalog model (by parameters) that fits; earlier catalog entries win ties.
+
+    ``round_s`` (expected seconds per round, see engine.speed) weighs speed in: then the
+    largest fitting model with rounds under TARGET_ROUND_S, or the fastest fitting one.
+    """
+    catalog = tuple(e for e in catalog if e.auto_pick)  # models under their own terms only when named
     if not catalog:
         raise SapoError("the model catalog is empty")
     fits = [fit(e, hw) for e in catalog]
     good = [(f.entry.n_params, -i, f) for i, f in enumerate(fits) if f.ok]
     where = _where(hw)
+    if good and round_s is not None:
+        quick = [g for g in good if round_s(g[2].entry) <= TARGET_ROUND_S]
+        if quick:
+            best = max(quick, key=lambda t: (t[0], t[1]))[2]
+            slower = sorted((g[2] for g in good if g[0] > best.entry.n_params), key=lambda f: f.entry.n_params)
+            limit = (f"; {slower[0].entry.name} also fits but a round would take ~{round_s(slower[0].entry) / 60:.0f} min"
+                     if slower else "")
+            reason = (f"{best.entry.display_name} is the largest model that fits {where} with rounds of about "
+                      f"{_duration(round_s(best.entry))} here{limit}{_idle_gpu_note(hw)}")
+        else:
+            best = min(good, key=lambda t: (round_s(t[2].entry), -t[1]))[2]
+            reason = (f"{best.entry.display_name} is the fastest model that fits {where}; a round still takes "
+                      f"about {_duration(round_s(best.entry))} here{_idle_gpu_note(hw)}")
+        return Recommendation(best.entry, best.device, best, reason)
     if good:
         best = max(good, key=lambda t: (t[0], t[1]))[2]
         bigger = sorted((f for f in fits if f.entry.n_params > best.entry.n_params), key=lambda f: f.entry.n_params)
@@ -396,6 +421,9 @@ def format_catalog(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG) ->
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
     lines.append("")
     lines.append(f"* recommended: {rec.reason}")
+    terms = [e for e in catalog if e.licence]
+    if terms:
+        lines.append(f"{', '.join(e.name for e in terms)}: {terms[0].licence}; used only when named with --model.")
     lines.append("Memory needs: 'measured' rows use figures measured on a real run; others are estimates "
                  "(formula in engine/catalog.py; batch of 8 x 1k-token completions, LoRA micro-batch 4 x 1k).")
     return "\n".join(line.rstrip() for line in lines)
@@ -403,6 +431,10 @@ def format_catalog(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG) ->
 
 def _cores(n: int) -> str:
     return f"{n} CPU core" + ("" if n == 1 else "s")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _gib(n: int) -> str:

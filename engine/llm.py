@@ -4,6 +4,12 @@ A thin owner of llama-cpp-python's low-level objects. It uses the C API rather t
 high-level ``Llama`` class because batched multi-sequence decoding, per-sequence KV
 copies and runtime adapter swaps are only reachable there. The same tokenizer and chat
 template serve the training side (``engine.policy``), so both sides see the same ids.
+
+Chat template: the file's own; a base model's file often has none, and then the template
+of its family's instruct models (Gemma's turns, else ChatML). Some families (Gemma) have no
+system role: Gemma's template puts the system text at the top of the first user turn, and a
+template that refuses a system turn outright gets the same folding done here. The template
+and tokenizer are tried once at load, so an unusable file fails there with one line.
 """
 
 from __future__ import annotations
@@ -17,15 +23,41 @@ import llama_cpp as lc
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from engine.errors import SapoError
+from engine.errors import SapoError, first_line
 
 # A plain ChatML template for models that ship none.
 _FALLBACK_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# Gemma 3's own template (google/gemma-3-*-it), text parts only: roles user and model, and the
+# system text opening the first user turn. Base Gemma GGUFs ship no template but know its tokens.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set first_user_prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+FALLBACK_TEMPLATES = {"gemma3": GEMMA_TEMPLATE}
+
+# A conversation of every role, rendered once at load to see whether the template is usable.
+_PROBE = [
+    {"role": "system", "content": "probe system text"},
+    {"role": "user", "content": "probe question one"},
+    {"role": "assistant", "content": "probe answer one"},
+    {"role": "user", "content": "probe question two"},
+]
 
 _backend_ready = False
+_last_error = ""  # llama.cpp's latest error-level log line: the reason behind a failed load
 
 
 def init_backend() -> None:
@@ -39,8 +71,22 @@ def init_backend() -> None:
 
 @lc.llama_log_callback
 def _silent_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    global _last_error
+    line = text.decode(errors="replace")
+    if level == 3 and line.strip():  # GGML_LOG_LEVEL_ERROR
+        _last_error = line.strip()
     if os.environ.get("SAPO_LLAMA_LOG"):
-        print(text.decode(errors="replace"), end="")
+        print(line, end="")
+
+
+def fold_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A leading system turn moved into the first user turn, the way Gemma's template does it."""
+    if not messages or messages[0]["role"] != "system":
+        return messages
+    system, rest = messages[0]["content"], list(messages[1:])
+    if rest and rest[0]["role"] == "user":
+        return [{"role": "user", "content": f"{system}\n\n{rest[0]['content']}"}, *rest[1:]]
+    return [{"role": "user", "content": system}, *rest]
 
 
 class LlamaModel:
@@ -54,9 +100,12 @@ class LlamaModel:
             raise SapoError(f"model file not found: {self.path}")
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        global _last_error
+        _last_error = ""
         self.model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self.model:
-            raise SapoError(f"llama.cpp could not load {self.path} (corrupt file or unsupported model)")
+            reason = _last_error[:200] or "corrupt file or unsupported model"
+            raise SapoError(f"llama.cpp could not load {self.path.name}: {reason}")
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = lc.llama_vocab_n_tokens(self.vocab)
         self.n_batch = n_batch
@@ -69,6 +118,7 @@ class LlamaModel:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = True  # lets a prompt's KV cells be shared by all its completions
+        cparams.swa_full = True  # (the default) sliding-window layers (Gemma) keep every cell, as seq_cp expects
         cparams.no_perf = True
         self.ctx = lc.llama_init_from_model(self.model, cparams)
         if not self.ctx:
@@ -80,13 +130,14 @@ class LlamaModel:
         self.eog_mask = np.array([lc.llama_vocab_is_eog(self.vocab, t) for t in range(self.n_vocab)])
         self.eog_ids = np.flatnonzero(self.eog_mask)
         self._piece_cache: dict[int, bytes] = {}
-        self._formatter = Jinja2ChatFormatter(
-            self.meta("tokenizer.chat_template") or _FALLBACK_TEMPLATE,
-            eos_token=self.piece(lc.llama_vocab_eos(self.vocab), special=True).decode(errors="replace"),
-            bos_token=self.piece(lc.llama_vocab_bos(self.vocab), special=True).decode(errors="replace"),
-            add_generation_prompt=True,
-        )
         self._adapter: lc.llama_adapter_lora_p | None = None
+        self.fold_system = False  # True when the template refuses a system turn
+        try:
+            self._check_tokenizer()
+            self._formatter = self._load_template()
+        except BaseException:
+            self.close()
+            raise
 
     # --- metadata ---
     def meta(self, key: str) -> str | None:
@@ -127,7 +178,48 @@ class LlamaModel:
         return b"".join(self.piece(t) for t in tokens if not self.eog_mask[t]).decode("utf-8", errors="replace")
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
-        return self._formatter(messages=messages).prompt
+        return self._formatter(messages=fold_system(messages) if self.fold_system else messages).prompt
+
+    def _check_tokenizer(self) -> None:
+        """A vocabulary that can end an answer and turns plain text into tokens and back."""
+        name = self.path.name
+        if self.n_vocab <= 0:
+            raise SapoError(f"{name} has no tokenizer vocabulary: llama.cpp cannot sample from it")
+        if not len(self.eog_ids):
+            raise SapoError(f"{name}'s tokenizer has no end-of-generation token: answers could never end")
+        probe = "Probe: 12 + 30 = 42, <answer>42</answer>"
+        ids = self.tokenize(probe)
+        if not ids or any(not 0 <= t < self.n_vocab for t in ids) or self.detokenize(ids).strip() != probe:
+            raise SapoError(f"{name}'s tokenizer does not round-trip plain text: it cannot be used for training")
+
+    def _load_template(self) -> Jinja2ChatFormatter:
+        """The file's chat template (or its family's), tried on every role; folds the system turn if refused."""
+        own = self.meta("tokenizer.chat_template")
+        arch = self.meta("general.architecture") or ""
+        template = own or FALLBACK_TEMPLATES.get(arch, _FALLBACK_TEMPLATE)
+        where = f"the chat template of {self.path.name}" if own else f"the built-in {arch or 'ChatML'} chat template"
+        try:
+            formatter = Jinja2ChatFormatter(
+                template,
+                eos_token=self.piece(lc.llama_vocab_eos(self.vocab), special=True).decode(errors="replace"),
+                bos_token=self.piece(lc.llama_vocab_bos(self.vocab), special=True).decode(errors="replace"),
+                add_generation_prompt=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - jinja2 syntax and sandbox errors alike
+            raise SapoError(f"{where} cannot be used: {first_line(exc, 160)}") from None
+        error = ""
+        for fold in (False, True):
+            try:
+                text = formatter(messages=fold_system(_PROBE) if fold else _PROBE).prompt
+            except Exception as exc:  # noqa: BLE001 - raise_exception() in a template, type errors, ...
+                error = first_line(exc, 160)
+                continue
+            if not isinstance(text, str) or not all(m["content"] in text for m in _PROBE):
+                error = "it leaves out part of the conversation"
+                continue
+            self.fold_system = fold
+            return formatter
+        raise SapoError(f"{where} cannot be used: {error}")
 
     def prompt_tokens(self, messages: list[dict[str, str]]) -> list[int]:
         text = self.render_chat(messages)

@@ -19,7 +19,15 @@ from engine.errors import SapoError, first_line
 
 # Architectures our LoRA adapter export (and llama.cpp hot-swap) supports. Keep in sync
 # with engine/adapter.py; everything else is refused up front rather than mid-run.
-SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset({"llama", "qwen2", "qwen3"})
+SUPPORTED_ARCHITECTURES: frozenset[str] = frozenset({"llama", "qwen2", "qwen3", "gemma3"})
+
+# The linear layers a LoRA may adapt, by architecture (transformers' module names). Each has a
+# llama.cpp tensor the exported adapter can target; all four families name them alike.
+_DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_TARGETS: dict[str, tuple[str, ...]] = {arch: _DECODER_LINEARS for arch in SUPPORTED_ARCHITECTURES}
+
+# Tokenizer kinds llama.cpp reads (tokenizer.ggml.model); a file without one cannot be sampled from.
+TOKENIZER_MODELS = frozenset({"llama", "gpt2", "bert", "t5", "rwkv", "plamo2"})
 
 GGUF_MAGIC = b"GGUF"
 
@@ -47,6 +55,7 @@ class GGUFInfo:
     file_type: str  # quantization name, e.g. "Q4_1", "Q4_K_M", "Q8_0"
     size_bytes: int
     has_chat_template: bool
+    tokenizer: str = ""  # tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (BPE), ...
 
     @property
     def supported(self) -> bool:
@@ -75,6 +84,23 @@ def inspect_gguf(path: str | os.PathLike[str], *, require_supported: bool = True
             f"supported are {', '.join(sorted(SUPPORTED_ARCHITECTURES))}"
         )
     return info
+
+
+def check_tokenizer(info: GGUFInfo) -> None:
+    """The file has a tokenizer llama.cpp reads (a node samples and trains on its ids)."""
+    if info.tokenizer not in TOKENIZER_MODELS:
+        what = f"an unknown tokenizer '{info.tokenizer}'" if info.tokenizer else "no tokenizer"
+        raise SapoError(f"{info.path.name} has {what}: llama.cpp reads "
+                        f"{', '.join(sorted(TOKENIZER_MODELS))} tokenizers")
+
+
+def check_lora_targets(arch: str, targets: list[str]) -> None:
+    """Every LoRA target is a linear layer this architecture has (and the adapter export knows)."""
+    known = LORA_TARGETS.get(arch, ())
+    missing = [t for t in targets if t not in known]
+    if missing:
+        raise SapoError(f"LoRA target '{missing[0]}' is not a layer of {arch} models: "
+                        f"choose from {', '.join(known)}")
 
 
 @lru_cache(maxsize=32)
@@ -134,7 +160,17 @@ def _inspect_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
         file_type=_file_type_name(get("general.file_type"), reader, gguf),
         size_bytes=size,
         has_chat_template=bool(get("tokenizer.chat_template")),
+        tokenizer=_tokenizer_model(get("tokenizer.ggml.model"), fields.get("tokenizer.ggml.tokens")),
     )
+
+
+def _tokenizer_model(model, tokens) -> str:
+    """The tokenizer kind, or "" when the file has no vocabulary to go with it."""
+    if not isinstance(model, str):
+        return ""
+    if model in ("none", "no_vocab") or tokens is None or not len(tokens.data):
+        return ""
+    return model
 
 
 def _check_magic(p: Path, size: int) -> None:

@@ -34,6 +34,7 @@ import msgspec
 import torch
 from peft import get_peft_model_state_dict
 
+from engine.accel import choose_device, choose_dtype, gpu_layers, memory_budget
 from engine.adapter import AdapterSync
 from engine.checkpoint import CheckpointStore, NodeState, lora_digest
 from engine.config import NodeConfig
@@ -41,9 +42,10 @@ from engine.errors import SapoError
 from engine.evaluate import evaluate
 from engine.events import EventLog
 from engine.groups import Completion, ScoredGroup, summarize
-from engine.grpo import build_sequences
+from engine.grpo import build_groups
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
+from engine.progress import PhaseReporter, feed_samples
 from engine.rewards import Score, extract_answer, make_score
 from engine.rollout import RolloutGenerator, SamplingParams
 from engine.swarm import SwarmClient
@@ -53,7 +55,8 @@ from engine.sandbox import Job, Sandbox
 from engine.tasks import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
 from engine.verify import Verifier, cap_external_tokens
 from wire import events as ev
-from wire.protocol import Group, group_digest, has_spread
+from wire.identity import display_name
+from wire.protocol import Group, StatsReply, group_digest, has_spread
 
 MAX_SEQS_PER_BATCH = 64
 SANDBOX_WORKERS = 2  # one stuck on a hostile group's timeout leaves the other scoring
@@ -77,7 +80,9 @@ class Node:
         self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)
         budget = cfg.local_groups + cfg.external_groups
         n_seq = min(MAX_SEQS_PER_BATCH, max(budget * cfg.completions, 2))
-        self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads)
+        self.device = choose_device(cfg.device)
+        self.llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads,
+                              n_gpu_layers=gpu_layers(cfg.gpu_layers, self.device))
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
         self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens)
@@ -86,15 +91,18 @@ class Node:
 
         torch.manual_seed(derive_seed("lora-init", node_id, cfg.seed) % 2**31)
         torch.set_num_threads(threads)
-        base = load_base(model_path, cache_dir / "torch")
+        self.train_dtype = choose_dtype(cfg.train_dtype, self.device)
+        base = load_base(model_path, cache_dir / "torch", dtype=self.train_dtype, device=self.device)
         self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
         self.trainer = Trainer(self.policy, TrainConfig(
             learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, micro_batch=cfg.micro_batch, iterations=cfg.iterations,
-            eps_low=cfg.eps_low, eps_high=cfg.eps_high))
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high, checkpointing=cfg.checkpointing,
+            memory_budget=memory_budget(cfg.train_memory_mb, self.device)))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm
+        self._last_stats: StatsReply | None = None  # the relay's view after the last round, for the swarm event
         self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
                                  detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
                                  completions=cfg.completions, max_tokens=cfg.max_tokens,
@@ -102,6 +110,8 @@ class Node:
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
+        self.score_s = 0.0  # scoring time since the round began (own groups and verified external ones)
+        self.phases = PhaseReporter(events.emit)
         self._resume()
 
     @property
@@ -127,23 +137,28 @@ class Node:
     def score(self, groups: list[tuple[Question, list[Completion]]]) -> list[list[Score]]:
         """Scores for each group's completions: one sandbox job per group, run in parallel."""
         jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]
+        t0 = time.perf_counter()
+        results = self.sandbox.run(jobs)
+        self.score_s += time.perf_counter() - t0
         out = []
-        for (q, cs), result in zip(groups, self.sandbox.run(jobs)):
+        for (q, cs), result in zip(groups, results):
             if not result.ok:  # our own model wrote something a scorer choked on: those answers score 0
                 self.events.warning(f"scoring a {q.spec.dataset} group failed ({result.reason}); its answers score 0")
             out.append([make_score(ts, c.text, self.cfg.format_bonus) for ts, c in zip(result.scores, cs)])
         return out
 
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
-                n: int | None = None) -> list[ScoredGroup]:
+                n: int | None = None, greedy: int = 0) -> list[ScoredGroup]:
         prompts = [self.prompt_ids(q) for q in questions]
-        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params)
+        outs = self.generator.generate(prompts, n or self.cfg.completions, params or self.params, greedy,
+                                       self.phases.progress)
         scores = self.score(list(zip(questions, outs)))
         return [ScoredGroup(q, p, cs, sc) for q, p, cs, sc in zip(questions, prompts, outs, scores)]
 
     # --- the loop ---
     def evaluate(self) -> dict[str, Any]:
         t0 = time.perf_counter()
+        self.phases.start(self.round, "evaluating")
         result = evaluate(self.rollout, self.heldout, self.params)
         result["eval_s"] = round(time.perf_counter() - t0, 2)
         self.events.emit(msgspec.convert({"round": self.round, **result}, ev.Eval))
@@ -156,13 +171,18 @@ class Node:
     def run_round(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         rnd = self.round + 1
+        eval_s = 0.0
         if self.round == 0 and self.cfg.eval_every and not self.state.history:
-            self.evaluate()  # the baseline, before any training
+            eval_s += self.evaluate()["eval_s"]  # the baseline, before any training
+        self.score_s = 0.0
         # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
+        if self.swarm is not None:
+            self.phases.start(rnd, "external")
         external, rejected = self._external_groups()
         # 2. rollouts on our own questions
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
         n_local = self.cfg.local_groups + self.cfg.external_groups - len(external)
+        self.phases.start(rnd, "generating", n_local * self.cfg.completions)
         groups = self.rollout(self.stream.draw(n_local))
         gen = self.generator.last
         external, over_share = cap_external_tokens(groups, external, self.cfg.external_token_share)
@@ -171,16 +191,21 @@ class Node:
             self.rejected_total["token_share"] += len(over_share)
         self.pause_point()
         # 3. share our groups (plain text) with the swarm
+        if self.swarm is not None:
+            self.phases.start(rnd, "sharing")
         shared = self._publish(groups, rnd)
         # 4. GRPO update on own + external groups with reward spread
-        samples, dropped = build_sequences(groups + external)
+        score_s = self.score_s
+        train_groups, dropped = build_groups(groups + external)
         self.pause_point()
-        train = self.trainer.step(samples)
+        self.phases.start(rnd, "training")
+        train = self.trainer.step(train_groups, self.phases.progress)
         self._report(rnd, external)
         for g in external:
             self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
         # 5. hot-swap the new adapter into llama.cpp, then checkpoint
-        swap_ms = self.sync.sync(self.policy) if samples else 0.0
+        self.phases.start(rnd, "swapping")
+        swap_ms = self.sync.sync(self.policy) if train.tokens else 0.0
         summary = summarize(groups)
         self.state.round = rnd
         self.state.stream = dataclasses.asdict(self.stream.state)
@@ -188,8 +213,9 @@ class Node:
                                    "loss": round(train.loss, 6)})
         # 6. held-out evaluation when due (before the checkpoint, so that its history has it)
         if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
-            self.evaluate()
+            eval_s += self.evaluate()["eval_s"]
         t_ckpt = time.perf_counter()
+        self.phases.start(rnd, "checkpointing")
         self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
         metrics: dict[str, Any] = {
             "round": rnd,
@@ -199,7 +225,10 @@ class Node:
             "gen_s": round(gen.seconds, 3),
             "gen_tokens_per_s": round(gen.tokens_per_s, 1),
             "loss": train.loss,
+            "score_s": round(score_s, 4),
             "train_s": round(train.seconds, 3),
+            "train_prompt_tokens": train.prompt_tokens,
+            "train_completion_tokens": train.tokens,
             "swap_ms": round(swap_ms, 2),
             "checkpoint_ms": round((time.perf_counter() - t_ckpt) * 1000, 1),
             "groups_trained": len(groups) + len(external) - dropped,
@@ -211,8 +240,13 @@ class Node:
             "per_task": _per_task(groups),
             **self._swarm_metrics(rnd, external, rejected, shared),
         }
+        if eval_s:
+            metrics["eval_s"] = round(eval_s, 2)
         metrics["round_s"] = round(time.perf_counter() - t0, 3)
-        self.events.emit(msgspec.convert(metrics, ev.Round))
+        round_event = msgspec.convert(metrics, ev.Round)
+        self.events.emit(msgspec.structs.replace(round_event, rollouts=feed_samples(groups, external)))
+        if self._last_stats is not None:
+            self.events.emit(swarm_event(self._last_stats, self.node_id))
         return metrics
 
     # --- the swarm ---
@@ -234,7 +268,10 @@ class Node:
             if reason == "bad_signature":
                 self.rejected_by_sender[shared.node_id] += 1  # the claimed sender: unproven
         # Re-encoded with our own tokenizer and template: the sender may run another model.
-        for shared, verdict in zip(screened, self.verifier.check_many([s.group for s in screened])):
+        t0 = time.perf_counter()
+        verdicts = self.verifier.check_many([s.group for s in screened])  # re-scores every completion
+        self.score_s += time.perf_counter() - t0
+        for shared, verdict in zip(screened, verdicts):
             if not verdict.ok:
                 rejected[verdict.reason or "bad_spec"] += 1
                 self.rejected_by_sender[shared.node_id] += 1
@@ -262,7 +299,7 @@ class Node:
     def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
         if self.swarm is None:
             return {"external_groups": 0, "rejected_groups": 0, "relay_connected": None, "peers": 0}
-        stats = self.swarm.stats()
+        stats = self._last_stats = self.swarm.stats()
         out: dict[str, Any] = {
             "external_groups": len(external),
             "external_reward_mean": round(summarize(external)["reward_mean"], 4) if external else None,
@@ -288,6 +325,17 @@ class Node:
             self.swarm.close()
         self.sandbox.close()
         self.llm.close()
+
+
+def swarm_event(stats: StatsReply, node_id: str) -> ev.Swarm:
+    """The relay's stats as the dashboard's ``swarm`` event (names derived from ids, never taken from peers)."""
+    rows = [ev.LeaderRow(r.node_id, display_name(r.node_id), r.groups_shared, r.groups_adopted, r.rounds)
+            for r in stats.leaderboard]
+    rank = next((i + 1 for i, r in enumerate(rows) if r.node_id == node_id), None)
+    you = stats.you
+    return ev.Swarm(peers_online=stats.peers_online, groups_per_minute=round(stats.groups_per_minute, 2),
+                    leaderboard=rows, you=ev.LeaderRow(you.node_id, display_name(you.node_id), you.groups_shared,
+                                                       you.groups_adopted, you.rounds), rank=rank)
 
 
 def _per_task(groups: list[ScoredGroup]) -> dict[str, dict[str, float]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -89,13 +89,23 @@ class RolloutGenerator:
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
 
-    def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
-        """n completions for each prompt (token ids), in prompt order."""
+    def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams,
+                 greedy: int = 0, progress: Callable[[int, int], None] | None = None) -> list[list[Completion]]:
+        """n completions for each prompt (token ids), in prompt order.
+
+        The first ``greedy`` of each prompt's completions are greedy (argmax), the rest sampled
+        with ``params``: evaluation gets greedy and sampled answers from one shared prompt decode.
+        ``progress(done, total)`` is called after each decoding step with finished sequences
+        of all ``len(prompts) * n`` (callers rate-limit what they show).
+        """
         t0 = time.perf_counter()
         out: list[list[Completion]] = []
         tokens = 0
+        total = len(prompts) * n
         for chunk in self._pack(prompts, n, params.max_tokens):
-            groups = self._generate_batch([prompts[i] for i in chunk], n, params)
+            before = len(out) * n
+            report = (lambda d, _b=before: progress(_b + d, total)) if progress is not None else None
+            groups = self._generate_batch([prompts[i] for i in chunk], n, params, greedy, report)
             tokens += sum(len(c.token_ids) for g in groups for c in g)
             out.extend(groups)
         self.last = RolloutStats(tokens, time.perf_counter() - t0, len(prompts) * n)
@@ -118,7 +128,8 @@ class RolloutGenerator:
             cells += need
         return batches
 
-    def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Completion]]:
+    def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams,
+                        greedy: int = 0, progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         llm = self.llm
         llm.clear()
         seqs: list[_Seq] = []
@@ -131,12 +142,15 @@ class RolloutGenerator:
                 logits[self.llm.eog_ids] = -np.inf
             rows = np.broadcast_to(logits, (n, logits.shape[0]))
             firsts = sample_tokens(rows, self.rng, params.temperature, params.top_k, params.top_p)
+            firsts[:greedy] = int(logits.argmax())
             for tok in firsts:
                 seq = _Seq(prompt_len=len(prompt))
                 self._push(seq, int(tok), params)
                 seqs.append(seq)
         while True:
             live = [i for i, s in enumerate(seqs) if s.finish is None]
+            if progress is not None:
+                progress(len(seqs) - len(live))
             if not live:
                 break
             logits = llm.decode(
@@ -150,6 +164,9 @@ class RolloutGenerator:
                 if short:
                     logits[np.ix_(short, self.llm.eog_ids)] = -np.inf
             nxt = sample_tokens(logits, self.rng, params.temperature, params.top_k, params.top_p)
+            if greedy:
+                rows_g = [j for j, i in enumerate(live) if i % n < greedy]
+                nxt[rows_g] = logits[rows_g].argmax(axis=1)
             for i, tok in zip(live, nxt):
                 self._push(seqs[i], int(tok), params)
         llm.clear()

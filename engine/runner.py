@@ -7,8 +7,9 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from engine.config import build_config, flag_settings, load_toml, resolve_auto
 from engine.errors import SapoError
@@ -20,14 +21,45 @@ from wire import events as ev
 from wire.identity import display_name
 
 
-def resolve_model_file(choice: str | None) -> tuple[Path, str]:
-    """The GGUF the user asked for (catalog name, path, or the best fit), downloaded if needed."""
-    from engine.download import ensure_model
+def resolve_model_file(choice: str | None, events: EventLog | None = None) -> tuple[Path, str]:
+    """The GGUF the user asked for (catalog name, path, or the best fit), downloaded if needed.
+
+    With no choice, a recommended model that is not downloaded yet while the Hub cannot be
+    reached gives way to the bundled model at once (said in a status event): a first run
+    without network trains instead of failing after huggingface_hub's retries.
+    """
+    from engine.catalog import bundled_entry
+    from engine.download import cached_path, ensure_model, hub_reachable
     from engine.hardware import detect, resolve_model
 
     resolved = resolve_model(choice, detect())
-    path = resolved.path if resolved.path is not None else ensure_model(resolved.entry)
-    return Path(path), resolved.name
+    if resolved.path is not None:
+        return Path(resolved.path), resolved.name
+    if resolved.how == "recommended" and cached_path(resolved.entry) is None and not hub_reachable():
+        fallback = bundled_entry()
+        if events is not None:
+            events.status(f"{resolved.entry.display_name} is recommended for this computer but is not downloaded "
+                          f"and the model hub cannot be reached: using the bundled {fallback.display_name}")
+        return Path(ensure_model(fallback)), fallback.name
+    progress = _download_progress(events, resolved.entry.filename) if events is not None else True
+    return Path(ensure_model(resolved.entry, progress=progress)), resolved.name
+
+
+DOWNLOAD_EVENT_EVERY_S = 0.25
+
+
+def _download_progress(events: EventLog, filename: str) -> Callable[[int, int | None], None]:
+    """A download callback that emits ``download`` events, a few per second at most."""
+    last = [0.0]
+
+    def report(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        finished = bool(total) and done >= (total or 0)
+        if finished or now - last[0] >= DOWNLOAD_EVENT_EVERY_S:
+            last[0] = now
+            events.emit(ev.Download(file=filename, done_bytes=done, total_bytes=total or 0, finished=finished))
+
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,13 +101,15 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 
     from engine.hardware import tune_allocator
-    from engine.modelfile import inspect_gguf
+    from engine.modelfile import check_lora_targets, check_tokenizer, inspect_gguf
     from engine.weights import working_gguf
 
     tune_allocator()  # before any torch work: keeps a training step's peak RSS ~3x lower on glibc
 
-    source, model_name = resolve_model_file(cfg.model)
+    source, model_name = resolve_model_file(cfg.model, events)
     info = inspect_gguf(source)
+    check_tokenizer(info)
+    check_lora_targets(info.architecture, cfg.lora_targets)
     cfg = resolve_auto(cfg, info.n_params, default_threads())
     threads = cfg.threads
     cache_dir = default_cache_dir()

@@ -1,12 +1,17 @@
 """One GRPO update of the LoRA policy per round.
 
-Memory is the point of this module. A naive step on 32 x 256 tokens materialises
-full-vocabulary logits and log-softmax for every position (49,152 wide for SmolLM2) and
-peaked at 22.8 GB. Here:
-- the decoder runs on a micro-batch, with gradient checkpointing on its layers;
-- target-token log-probs are taken over completion positions only, a chunk of positions
-  at a time, each chunk checkpointed so its logits are recomputed in backward, not kept;
-- gradients accumulate over micro-batches; the loss is normalised by the update's total
+Speed and memory are the point of this module.
+- Shared prefix: a group's prompt runs once (forward and backward) for its L completions
+  (``engine.prefix``); a micro-batch is a set of whole groups. The per-sequence path (each
+  completion with its own copy of the prompt) stays as the reference the tests and the
+  benchmark compare against (``shared_prefix=False``).
+- Checkpointing only when needed: each micro-batch's activation memory is estimated (and
+  the estimate calibrated by measurement, ``engine.trainmem``); decoder layers are
+  recomputed in backward only when it exceeds the budget.
+- Target-token log-probs are taken over completion positions only, a chunk of positions at
+  a time, each chunk checkpointed so its full-vocabulary logits are recomputed, not kept.
+  They are computed in fp32 whatever the base weights' dtype (bf16 on capable hardware).
+- Gradients accumulate over micro-batches; the loss is normalised by the update's total
   completion tokens so accumulation equals one big batch.
 Old log-probs: with one iteration the ratio is exactly 1, so they are the detached new
 log-probs of the same pass (no extra forward); with more, they are computed once, before
@@ -18,17 +23,24 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Callable, Sequence, Union
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from engine.groups import TrainSequence
+from engine.groups import TrainGroup, TrainSequence
 from engine.grpo import clipped_token_loss
+from engine.prefix import hidden_for_targets, make_batch
+from engine.trainmem import BatchShape, Dims, MemoryPlan, SavedBytes
 
 # peft still asks for transformers' old checkpointing property names; nothing for a user to act on.
 warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 LOGIT_CHUNK = 256  # positions per lm_head chunk: 256 x 49,152 x 4 B = 50 MB at most
+DEFAULT_MEMORY_BUDGET = 1 << 30  # activation bytes a micro-batch may keep without recomputation
+
+Unit = Union[TrainGroup, TrainSequence]
 
 
 @dataclass(frozen=True)
@@ -37,40 +49,50 @@ class TrainConfig:
     optimizer: str = "adamw"
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch: int = 8
+    micro_batch: int = 8  # completions per micro-batch; a group is never split
     iterations: int = 1
     eps_low: float = 0.2
     eps_high: float = 0.28
-    gradient_checkpointing: bool = True
+    checkpointing: str = "auto"  # auto (by memory budget) | always | never
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    shared_prefix: bool = True  # False: every completion re-runs its prompt (the reference path)
 
 
 @dataclass(frozen=True)
 class TrainStats:
     loss: float
-    tokens: int
+    tokens: int  # completion tokens trained on
     sequences: int
     clip_low_frac: float
     clip_high_frac: float
     grad_norm: float
     seconds: float
+    prompt_tokens: int = 0  # prompt tokens run through the model (once per group with a shared prefix)
+    micro_batches: int = 0
+    checkpointed: int = 0  # micro-batches that recomputed activations in backward
+    activation_bytes: int = 0  # the largest micro-batch's, as measured (checkpointed: what it kept)
+    logprob_mean: float = 0.0  # mean completion-token log-prob in the (last) update's forward
 
 
-def _chunk_logprobs(lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = lm_head(hidden).float()  # (n, V)
+def _chunk_logprobs(weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = F.linear(hidden.float(), weight)  # (n, V), fp32 whatever the model's dtype
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)  # (n,)
 
 
-def target_logprobs(lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
+def target_logprobs(weight: torch.Tensor | torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                     chunk: int = LOGIT_CHUNK) -> torch.Tensor:
-    """log p(targets) from hidden states (n, H), never holding more than ``chunk`` rows of logits."""
+    """log p(targets) from hidden states (n, H) and the output head's weight (V, H), never holding
+    more than ``chunk`` rows of logits."""
+    if isinstance(weight, torch.nn.Module):
+        weight = weight.weight.float()
     parts = []
     for s in range(0, hidden.shape[0], chunk):
         h, t = hidden[s:s + chunk], targets[s:s + chunk]
         if torch.is_grad_enabled():
-            parts.append(checkpoint(_chunk_logprobs, lm_head, h, t, use_reentrant=False))
+            parts.append(checkpoint(_chunk_logprobs, weight, h, t, use_reentrant=False))
         else:
-            parts.append(_chunk_logprobs(lm_head, h, t))
-    return torch.cat(parts) if parts else hidden.new_zeros(0)
+            parts.append(_chunk_logprobs(weight, h, t))
+    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
 
 
 def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -79,6 +101,48 @@ def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+
+def _checkpointable(layer: torch.nn.Module) -> None:
+    """Let ``layer.sapo_checkpoint`` switch recomputation of this layer on and off per call.
+
+    Not transformers' own switch: that one drops the KV cache the shared prefix needs.
+    """
+    if hasattr(layer, "sapo_checkpoint"):
+        return
+    layer.sapo_checkpoint = False
+    forward = layer.forward
+
+    def maybe_checkpointed(*args: object, **kwargs: object) -> object:
+        if layer.sapo_checkpoint and torch.is_grad_enabled():
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return forward(*args, **kwargs)
+
+    layer.forward = maybe_checkpointed
+
+
+def micro_batches(units: Sequence[Unit], size: int) -> list[list[Unit]]:
+    """Consecutive units, at most ``size`` completions per batch unless one group alone is larger."""
+    out: list[list[Unit]] = []
+    count = 0
+    for u in units:
+        n = len(u.completions) if isinstance(u, TrainGroup) else 1
+        if not out or count + n > size:
+            out.append([])
+            count = 0
+        out[-1].append(u)
+        count += n
+    return out
+
+
+def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
+    """Groups without empty completions (they carry no tokens), without empty groups, shortest first."""
+    out = []
+    for g in groups:
+        kept = [(c, a) for c, a in zip(g.completions, g.advantages) if c]
+        if kept and g.prompt_ids:
+            out.append(TrainGroup(g.prompt_ids, [c for c, _ in kept], [a for _, a in kept]))
+    return sorted(out, key=lambda g: (len(g.prompt_ids), max(len(c) for c in g.completions)))
 
 
 class Trainer:
@@ -90,16 +154,50 @@ class Trainer:
         self.optimizer = make_optimizer(cfg, self.params)
         hf = model.get_base_model()
         self.decoder = hf.model
-        self.lm_head = hf.get_output_embeddings()
-        if cfg.gradient_checkpointing:
-            if hasattr(hf, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
-                hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        head = hf.get_output_embeddings().weight
+        # Logits and log-softmax in fp32 even for a head stored in lower precision (a one-off fp32 copy).
+        self.head_weight = head if head.dtype == torch.float32 else head.detach().float()
+        self.dtype = self.decoder.get_input_embeddings().weight.dtype
+        self.device = head.device
+        self.plan = MemoryPlan(Dims.of(hf.config), torch.finfo(self.dtype).bits // 8, cfg.memory_budget,
+                               cfg.checkpointing)
+        self._frozen = [*self.model.parameters(), self.head_weight]  # never counted as activations
+        self.layers = list(self.decoder.layers)
+        for layer in self.layers:
+            _checkpointable(layer)
         model.train()
 
-    def _forward(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs of each sequence's completion tokens, packed: (sum of completion lengths,), and lengths."""
+    # --- one micro-batch: packed completion-token log-probs and their advantages ---
+    def _shape(self, batch: list[Unit]) -> BatchShape:
+        if self.cfg.shared_prefix:
+            groups = [u for u in batch if isinstance(u, TrainGroup)]
+            P = max(len(g.prompt_ids) for g in groups)
+            C = max(len(c) for g in groups for c in g.completions)
+            B = sum(len(g.completions) for g in groups)
+            return BatchShape(len(groups) * P + B * C, len(groups) * P + B * (P + C))
+        seqs = [u for u in batch if isinstance(u, TrainSequence)]
+        T = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
+        return BatchShape(len(seqs) * T, len(seqs) * T)
+
+    def _forward(self, batch: list[Unit]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probs, advantages), one per completion token, packed in completion order."""
+        if self.cfg.shared_prefix:
+            groups = [u for u in batch if isinstance(u, TrainGroup)]
+            rows = [g for g, grp in enumerate(groups) for _ in grp.completions]
+            comps = [c for grp in groups for c in grp.completions]
+            layout = make_batch([g.prompt_ids for g in groups], comps, rows, self.pad_id)
+            hidden, targets = hidden_for_targets(self.decoder, layout), layout.targets
+            adv = [a for g in groups for a in g.advantages]
+        else:
+            seqs = [u for u in batch if isinstance(u, TrainSequence)]
+            hidden, targets = self._sequence_hidden(seqs)
+            comps, adv = [s.completion_ids for s in seqs], [s.advantage for s in seqs]
+        lp = target_logprobs(self.head_weight, hidden, targets.to(self.device))
+        lens = torch.tensor([len(c) for c in comps])
+        return lp, torch.repeat_interleave(torch.tensor(adv, dtype=torch.float32), lens).to(self.device)
+
+    def _sequence_hidden(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each sequence whole (prompt + completion): hidden states predicting its completion tokens."""
         seqs = [s.prompt_ids + s.completion_ids for s in batch]
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)  # (B, T)
@@ -107,7 +205,8 @@ class Trainer:
         for i, s in enumerate(seqs):
             ids[i, :len(s)] = torch.tensor(s)
             attn[i, :len(s)] = 1
-        hidden = self.decoder(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, T, H)
+        hidden = self.decoder(input_ids=ids.to(self.device),
+                              attention_mask=attn.to(self.device)).last_hidden_state  # (B, T, H)
         # Position t predicts token t+1: completion tokens start at index len(prompt).
         rows, cols, targets = [], [], []
         for i, s in enumerate(batch):
@@ -115,54 +214,79 @@ class Trainer:
             rows += [i] * c
             cols += range(p - 1, p + c - 1)
             targets += s.completion_ids
-        h = hidden[torch.tensor(rows), torch.tensor(cols)]  # (N, H)
-        lp = target_logprobs(self.lm_head, h, torch.tensor(targets))
-        return lp, torch.tensor([len(s.completion_ids) for s in batch])
+        index = torch.tensor(rows, device=self.device), torch.tensor(cols, device=self.device)
+        return hidden[index], torch.tensor(targets)
+
+    def _set_checkpointing(self, on: bool) -> None:
+        for layer in self.layers:
+            layer.sapo_checkpoint = on
+
+    # --- the update ---
+    def _batches(self, groups: Sequence[TrainGroup]) -> list[list[Unit]]:
+        units: list[Unit]
+        if self.cfg.shared_prefix:
+            units = list(groups)
+        else:
+            units = sorted((s for g in groups for s in g.sequences()),
+                           key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        return micro_batches(units, self.cfg.micro_batch)
 
     @torch.no_grad()
-    def logprobs(self, samples: list[TrainSequence]) -> list[torch.Tensor]:
-        """Per-sample completion log-probs under the current policy, no grad."""
+    def logprobs(self, groups: Sequence[TrainGroup]) -> list[torch.Tensor]:
+        """Per micro-batch, packed completion-token log-probs under the current policy (no grad)."""
         was_training = self.model.training
         self.model.eval()
-        out: list[torch.Tensor] = []
-        for batch in self._micro_batches(samples):
-            lp, lens = self._forward(batch)
-            out += list(torch.split(lp, lens.tolist()))
+        out = [self._forward(batch)[0] for batch in self._batches(_clean(groups))]
         self.model.train(was_training)
         return out
 
-    def _micro_batches(self, samples: list[TrainSequence]) -> list[list[TrainSequence]]:
-        mb = self.cfg.micro_batch
-        return [samples[i:i + mb] for i in range(0, len(samples), mb)]
+    def step(self, groups: Sequence[TrainGroup],
+             on_micro_batch: Callable[[int, int], None] | None = None) -> TrainStats:
+        """``iterations`` optimizer steps on these groups; returns stats of the last.
 
-    def step(self, samples: list[TrainSequence]) -> TrainStats:
-        """``iterations`` optimizer steps on these samples; returns stats of the last."""
+        ``on_micro_batch(done, total)`` after each micro-batch: the app's progress bar.
+        """
         t0 = time.perf_counter()
-        samples = sorted((s for s in samples if s.completion_ids), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-        if not samples:
+        groups = _clean(groups)
+        if not groups:
             return TrainStats(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
-        total_tokens = sum(len(s.completion_ids) for s in samples)
-        old = self.logprobs(samples) if self.cfg.iterations > 1 else None
+        batches = self._batches(groups)
+        total_tokens = sum(len(c) for g in groups for c in g.completions)
+        n_seqs = sum(len(g.completions) for g in groups)
+        prompt_tokens = sum(len(g.prompt_ids) * (1 if self.cfg.shared_prefix else len(g.completions)) for g in groups)
+        old = self.logprobs(groups) if self.cfg.iterations > 1 else None
+        checkpointed = act_bytes = 0
         for _ in range(self.cfg.iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            loss_sum = low = high = 0.0
-            offset = 0
-            for batch in self._micro_batches(samples):
-                lp, lens = self._forward(batch)
-                if old is not None:
-                    lp_old = torch.cat(old[offset:offset + len(batch)])
+            loss_sum = low = high = lp_sum = 0.0
+            checkpointed = 0
+            for i, batch in enumerate(batches):
+                shape = self._shape(batch)
+                ckpt = self.plan.checkpoint(shape)
+                self._set_checkpointing(ckpt)
+                meter = SavedBytes(self._frozen)
+                with meter:
+                    lp, adv = self._forward(batch)
+                act_bytes = max(act_bytes, meter.bytes)
+                if ckpt:
+                    checkpointed += 1
                 else:
-                    lp_old = lp.detach()
-                offset += len(batch)
-                adv = torch.repeat_interleave(torch.tensor([s.advantage for s in batch]), lens)  # (N,)
+                    self.plan.observe(shape, meter.bytes)
+                lp_old = old[i] if old is not None else lp.detach()
                 # Tokens are packed, so each is passed as a length-1 "sequence" with its own advantage.
                 loss, st = clipped_token_loss(lp[:, None], lp_old[:, None], adv, torch.ones_like(lp)[:, None],
                                               self.cfg.eps_low, self.cfg.eps_high, normalizer=total_tokens)
                 loss.backward()
                 loss_sum += st.loss
+                lp_sum += float(lp.detach().sum())
                 low += st.clip_low_frac * st.tokens
                 high += st.clip_high_frac * st.tokens
+                if on_micro_batch is not None:
+                    on_micro_batch(i + 1, len(batches))
+            self._set_checkpointing(False)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
-        return TrainStats(loss_sum, total_tokens, len(samples), low / total_tokens, high / total_tokens,
-                          grad_norm, time.perf_counter() - t0)
+        return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
+                          grad_norm, time.perf_counter() - t0, prompt_tokens=prompt_tokens,
+                          micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes,
+                          logprob_mean=lp_sum / total_tokens)

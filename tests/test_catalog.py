@@ -70,10 +70,38 @@ def test_local_file_entry_gets_same_estimate_as_catalog():
 @pytest.mark.parametrize("device", ["cpu", "cuda", "mps"])
 def test_memory_grows_with_parameters(device):
     ordered = sorted(CATALOG, key=lambda e: e.n_params)
-    train = [e.memory(device).train_bytes for e in ordered]
-    load = [e.memory(device).load_ram_bytes for e in ordered]
-    assert train == sorted(train)
-    assert load == sorted(load)
+    # Memory also grows with the vocabulary (log-prob chunks, the embedding's dequantization on
+    # load): compare like with like.
+    for vocab in {e.shape.vocab_size for e in CATALOG}:
+        same = [e for e in ordered if e.shape.vocab_size == vocab]
+        train = [e.memory(device).train_bytes for e in same]
+        load = [e.memory(device).load_ram_bytes for e in same]
+        assert train == sorted(train), vocab
+        assert load == sorted(load), vocab
+
+
+def test_a_large_vocabulary_costs_training_memory():
+    # Gemma 3 270M has fewer parameters than SmolLM2 360M but a 262k vocabulary: on a GPU
+    # (bf16 base) its 256-token chunks of fp32 logits outweigh the difference.
+    gemma, smol = by_name("gemma3-270m"), by_name("smollm2-360m")
+    assert gemma.n_params < smol.n_params
+    assert gemma.memory("cuda").train_bytes > smol.memory("cuda").train_bytes
+
+
+def test_gemma_entries_are_never_picked_automatically():
+    from engine.hardware import format_catalog, recommend
+    from test_hardware import cpu_box, gpu_box
+
+    for name in ("gemma3-270m", "gemma3-1b"):
+        e = by_name(name)
+        assert e.architecture == "gemma3" and not e.auto_pick and "Gemma Terms" in e.licence
+    assert by_name("gemma3-1b").memory("cpu").basis == "estimated"
+    # A lone Gemma entry is not a recommendation: the user accepts its terms by naming it.
+    with pytest.raises(Exception, match="empty"):
+        recommend(cpu_box(2, 24), (by_name("gemma3-270m"),))
+    for hw in (cpu_box(4, 16), cpu_box(2, 24), gpu_box(8, ram_gib=32)):
+        assert recommend(hw).entry.architecture != "gemma3"
+    assert "gemma3-270m, gemma3-1b: Gemma Terms of Use" in format_catalog(cpu_box(2, 24))
 
 
 def test_memory_parts_are_plausible():
@@ -93,8 +121,9 @@ def test_basis_marks_measured_and_estimated():
     assert bundled_entry().memory("cpu").basis.startswith("measured")
     assert bundled_entry().memory("cuda").basis == "estimated"  # measured on CPU only
     for e in CATALOG:
-        if not e.bundled:
+        if e.measured is None:
             assert e.memory("cpu").basis == "estimated"
+    assert by_name("gemma3-270m").memory("cpu").basis == "measured (training, load), rest estimated"
 
 
 def test_lora_param_count_matches_peft_for_bundled():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.groups import Completion, ScoredGroup
-from engine.grpo import build_sequences, clipped_token_loss, group_advantages
+from engine.grpo import build_groups, clipped_token_loss, group_advantages
 
 
 def test_advantages_are_normalised_per_group():
@@ -26,7 +26,7 @@ def test_groups_without_spread_are_dropped():
     assert group_advantages([0.5]) is None
 
 
-def test_build_sequences_counts_dropped_groups():
+def test_build_groups_counts_dropped_groups():
     from engine.rewards import Score
 
     def group(rewards):
@@ -34,10 +34,11 @@ def test_build_sequences_counts_dropped_groups():
         scores = [Score(r, r, r == 1, True) for r in rewards]
         return ScoredGroup(question=None, prompt_ids=[9], completions=comps, scores=scores)  # type: ignore[arg-type]
 
-    samples, dropped = build_sequences([group([1, 0]), group([0, 0]), group([1, 1]), group([0, 1, 1])])
+    out, dropped = build_groups([group([1, 0]), group([0, 0]), group([1, 1]), group([0, 1, 1])])
     assert dropped == 2
-    assert len(samples) == 5
-    assert [round(s.advantage, 3) for s in samples[:2]] == [1.0, -1.0]
+    assert [len(g.completions) for g in out] == [2, 3]
+    assert [round(a, 3) for a in out[0].advantages] == [1.0, -1.0]
+    assert out[1].prompt_ids == [9] and out[1].completions == [[1, 2]] * 3
 
 
 def _loss(new, old, adv, mask=None, **kw):

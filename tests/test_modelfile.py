@@ -143,7 +143,27 @@ def test_unsupported_architecture(tmp_path):
 
 
 def test_supported_set():
-    assert SUPPORTED_ARCHITECTURES == {"llama", "qwen2", "qwen3"}
+    from engine.adapter import ROPE_PERMUTED
+
+    assert SUPPORTED_ARCHITECTURES == {"llama", "qwen2", "qwen3", "gemma3"}
+    assert set(ROPE_PERMUTED) == SUPPORTED_ARCHITECTURES  # every one can export its LoRA
+
+
+def test_lora_targets_checked_against_the_architecture():
+    modelfile.check_lora_targets("gemma3", ["q_proj", "down_proj"])
+    with pytest.raises(SapoError, match=r"LoRA target 'c_attn' is not a layer of gemma3 models: choose from q_proj"):
+        modelfile.check_lora_targets("gemma3", ["q_proj", "c_attn"])
+    with pytest.raises(SapoError, match="embed_tokens"):
+        modelfile.check_lora_targets("llama", ["embed_tokens"])
+
+
+def test_tokenizer_kind_is_read(tmp_path, bundled_info):
+    assert bundled_info.tokenizer == "gpt2"
+    modelfile.check_tokenizer(bundled_info)
+    info = inspect_gguf(write_tiny_gguf(tmp_path / "tiny.gguf"))  # no vocabulary at all
+    assert info.tokenizer == ""
+    with pytest.raises(SapoError, match="tiny.gguf has no tokenizer"):
+        modelfile.check_tokenizer(info)
 
 
 def test_errors_are_one_line(tmp_path):

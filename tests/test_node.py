@@ -63,6 +63,17 @@ def test_two_offline_rounds_train_and_swap(trained):
     assert sum(e["groups_trained"] for e in rounds) > 0, "no group had reward spread: nothing was trained"
     trained_rounds = [e for e in rounds if e["groups_trained"]]
     assert all(e["swap_ms"] > 0 and e["tokens_trained"] > 0 for e in trained_rounds)
+    # Where the time went, and what training processed: each prompt once per group, completions apart.
+    for e in rounds:
+        assert e["gen_s"] > 0 and 0 <= e["score_s"] < e["round_s"] and e["checkpoint_ms"] > 0
+        assert e["eval_s"] is None  # no evaluation in these rounds
+        parts = e["gen_s"] + e["score_s"] + e["train_s"] + (e["swap_ms"] + e["checkpoint_ms"]) / 1000
+        assert parts <= e["round_s"]
+        assert e["train_completion_tokens"] == e["tokens_trained"]
+    for e in trained_rounds:
+        assert e["train_s"] > 0 and e["train_prompt_tokens"] > 0
+        # Few-shot prompts are ~150 tokens: a group's prompt is far longer than one answer of at most 24.
+        assert e["train_prompt_tokens"] / e["groups_trained"] > 50
     # The LoRA moved away from its initialisation (peft starts B at zero)...
     ckpt = data / "checkpoints" / "round-000002"
     weights = load_file(str(ckpt / "adapter_model.safetensors"))
@@ -156,3 +167,15 @@ def test_export_without_checkpoint_is_a_clear_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "engine", "export", "--data-dir", str(tmp_path), str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no checkpoint" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_evaluating_round_reports_its_cost(tmp_path, model_cache):
+    data = _prepare(tmp_path / "data")
+    proc, events = run_engine(data, model_cache, 1, "--eval-every", "1", "--eval-per-task", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    evals = [e for e in events if e["type"] == "eval"]
+    assert [e["round"] for e in evals] == [0, 1]  # the baseline, then after round 1
+    assert all(e["eval_questions"] == 3 and e["eval_s"] > 0 for e in evals)
+    (rnd,) = [e for e in events if e["type"] == "round"]
+    assert rnd["eval_s"] == pytest.approx(sum(e["eval_s"] for e in evals), abs=0.02)
+    assert rnd["eval_s"] < rnd["round_s"]

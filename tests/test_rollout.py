@@ -93,3 +93,15 @@ def test_sample_tokens_top_p_keeps_the_smallest_prefix():
     logits = np.log(np.array([[0.6, 0.25, 0.1, 0.05]], dtype=np.float32))
     rows = np.repeat(logits, 2000, axis=0)
     assert set(sample_tokens(rows, rng, 1.0, top_p=0.8).tolist()) == {0, 1}
+
+
+def test_greedy_first_completions_equal_a_greedy_run(llm):
+    """Evaluation's one call: the first answer of each prompt greedy, the others sampled, one prompt decode."""
+    prompts = [_prompt(llm, "Calculate 2 + 2."), _prompt(llm, "Name a fruit.")]
+    greedy = RolloutGenerator(llm, seed=0).generate(prompts, 1, SamplingParams(max_tokens=16, temperature=0,
+                                                                               stop_at_answer=False))
+    mixed = RolloutGenerator(llm, seed=0).generate(prompts, 4, SamplingParams(max_tokens=16, stop_at_answer=False),
+                                                   greedy=1)
+    for g, m in zip(greedy, mixed):
+        assert m[0].token_ids == g[0].token_ids
+        assert any(c.token_ids != g[0].token_ids for c in m[1:])  # temperature 1: the others are samples

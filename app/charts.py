@@ -1,0 +1,145 @@
+"""The dashboard's charts (pyqtgraph): learning progress, time per round, groups per round."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QWidget
+
+from app.run_model import RoundPoint, RunModel, moving_average
+
+pg.setConfigOptions(antialias=True, background="w", foreground="#333")
+
+# Colour-blind-safe (Okabe-Ito)
+BLUE, ORANGE, GREEN, PURPLE, GREY, RED, SKY = "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#999999", "#D55E00", "#56B4E9"
+AVERAGE_WINDOW = 5
+
+
+def _plot(title: str, left: str, parent: QWidget | None) -> pg.PlotWidget:
+    w = pg.PlotWidget(parent=parent)
+    w.setTitle(title, size="11pt")
+    w.setLabel("left", left)
+    w.setLabel("bottom", "round")
+    w.showGrid(x=False, y=True, alpha=0.2)
+    w.setMouseEnabled(x=False, y=False)
+    w.setMenuEnabled(False)
+    w.hideButtons()
+    w.setMinimumHeight(180)
+    return w
+
+
+def integer_rounds(widget: pg.PlotWidget, xs: list[int]) -> None:
+    """Rounds are whole numbers: one tick per round while there are few, automatic ticks after."""
+    span = (max(xs) - min(xs)) if xs else 0
+    axis = widget.getAxis("bottom")
+    if span <= 12:
+        axis.setTickSpacing(1, 1)
+    else:
+        axis.setTickSpacing()  # back to automatic
+
+
+def _faint(color: str) -> QColor:
+    c = QColor(color)
+    c.setAlpha(90)
+    return c
+
+
+class ProgressChart:
+    """Reward and correct answers per round (faint), their moving averages (bold), test results (dots)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        self.widget = _plot("How well it answers", "score (0 to 1)", parent)
+        self.widget.setYRange(0, 1, padding=0.02)
+        legend = self.widget.addLegend(offset=(8, 8), labelTextSize="9pt")
+        legend.setBrush(pg.mkBrush(255, 255, 255, 200))
+        self._reward = self.widget.plot(pen=pg.mkPen(_faint(BLUE), width=1))
+        self._accuracy = self.widget.plot(pen=pg.mkPen(_faint(ORANGE), width=1))
+        self._reward_avg = self.widget.plot(pen=pg.mkPen(BLUE, width=3), name=f"reward ({AVERAGE_WINDOW}-round average)")
+        self._accuracy_avg = self.widget.plot(pen=pg.mkPen(ORANGE, width=3),
+                                              name=f"correct answers ({AVERAGE_WINDOW}-round average)")
+        self._test = self.widget.plot(pen=None, symbol="o", symbolSize=9, symbolBrush=GREEN, symbolPen="w",
+                                      name="practice test (held-out questions)")
+        self.widget.setToolTip(
+            "Reward: the score each answer gets, 1 for a correct answer, a little for a well-formed one.\n"
+            "Correct answers: the share of answers that were exactly right.\n"
+            "Practice test: questions the model never trains on, answered at its most confident; "
+            "this shows whether it really improves.")
+
+    def update(self, model: RunModel) -> None:
+        xs = [r.round for r in model.rounds]
+        reward = [r.reward for r in model.rounds]
+        accuracy = [r.accuracy for r in model.rounds]
+        self._reward.setData(xs, reward)
+        self._accuracy.setData(xs, accuracy)
+        self._reward_avg.setData(xs, moving_average(reward, AVERAGE_WINDOW) if xs else [])
+        self._accuracy_avg.setData(xs, moving_average(accuracy, AVERAGE_WINDOW) if xs else [])
+        self._test.setData([e[0] for e in model.evals], [e[1] for e in model.evals])
+        integer_rounds(self.widget, xs + [e[0] for e in model.evals])
+
+
+class _StackedBars:
+    """Stacked bars per round, one colour per part; rebuilt on each update (a few hundred bars at most)."""
+
+    def __init__(self, title: str, left: str, parts: list[tuple[str, str]], parent: QWidget | None,
+                 legend_cols: int = 4, headroom: float = 1.35) -> None:
+        self.widget = _plot(title, left, parent)
+        self._headroom = headroom
+        # One row of legend over the bars; set_rows leaves headroom for it.
+        legend = self.widget.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=legend_cols,
+                                       verSpacing=-6, horSpacing=8)
+        legend.setBrush(pg.mkBrush(255, 255, 255, 220))
+        self._bars = []
+        for name, color in parts:
+            bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.8, brush=color, pen=pg.mkPen(None), name=name)
+            self.widget.addItem(bar)  # a named item joins the legend by itself
+            self._bars.append(bar)
+
+    def set_rows(self, xs: list[int], rows: list[list[float]]) -> None:
+        integer_rounds(self.widget, xs)
+        base = [0.0] * len(xs)
+        for bar, heights in zip(self._bars, zip(*rows) if rows else [[] for _ in self._bars]):
+            heights = list(heights)
+            bar.setOpts(x=xs, height=heights, y0=list(base), width=0.8)
+            base = [b + h for b, h in zip(base, heights)]
+        if xs:
+            self.widget.setXRange(min(xs) - 0.6, max(xs) + 0.6, padding=0)
+            self.widget.setYRange(0, max(max(base), 1) * self._headroom, padding=0)
+
+
+class TimeChart(_StackedBars):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Where each round's time goes", "seconds", [
+            ("writing answers", BLUE), ("checking answers", SKY), ("learning", ORANGE),
+            ("loading the new model", GREEN), ("practice test", PURPLE), ("other", GREY)], parent, legend_cols=3,
+            headroom=1.6)
+        self.widget.setToolTip("Writing answers: the model answers this round's questions.\n"
+                               "Checking answers: each answer is scored against the task's rules.\n"
+                               "Learning: it trains on the answers that scored better than their siblings.\n"
+                               "Loading the new model: the improved model replaces the old one for the next round.\n"
+                               "Practice test: every few rounds, held-out questions check real progress.")
+
+    def update(self, model: RunModel) -> None:
+        self.set_rows([r.round for r in model.rounds], [_time_row(r) for r in model.rounds])
+
+
+class GroupsChart(_StackedBars):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Groups of answers per round", "groups", [
+            ("own", BLUE), ("from the swarm", GREEN), ("refused", RED)], parent, headroom=1.5)
+        # Unused groups are part of own + swarm (all answers scored alike), so they are marks, not a stack.
+        self._unused = self.widget.plot(pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen("#222", width=2),
+                                        name="not used (answers all alike)")
+        self.widget.setToolTip(
+            "Each question gets several answers: a group.\n"
+            "Own: groups this computer wrote. From the swarm: groups other volunteers shared, re-checked here.\n"
+            "Refused: shared groups that failed the checks (wrong score, unknown task, malformed).\n"
+            "x: how many of the own and swarm groups taught nothing, because all their answers scored the same.")
+
+    def update(self, model: RunModel) -> None:
+        xs = [r.round for r in model.rounds]
+        self.set_rows(xs, [[r.own, r.external, r.rejected] for r in model.rounds])
+        self._unused.setData(xs, [r.dropped for r in model.rounds])
+
+
+def _time_row(r: RoundPoint) -> list[float]:
+    return [r.generate_s, r.score_s, r.train_s, r.swap_s, r.evaluate_s, r.other_s]

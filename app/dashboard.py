@@ -1,0 +1,325 @@
+"""The main screen: one big status line and its button on top (BOINC's simple view), then
+what the node is doing, its charts, the recent answers, the swarm, and the log.
+
+A view only: it reads a ``RunModel`` in ``refresh`` and emits signals for the buttons; the
+window decides what they do.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (QAbstractItemView, QFrame, QGridLayout, QHBoxLayout, QHeaderView, QLabel,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget,
+                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
+
+from app.charts import GroupsChart, ProgressChart, TimeChart
+from app.run_model import LOG_SIZE, RunModel
+
+REASON_WORDS = {
+    "bad_spec": "unknown or malformed task",
+    "question_mismatch": "question does not match its task",
+    "answer_mismatch": "wrong reference answer",
+    "reward_mismatch": "scores did not match the answers",
+}
+
+
+class Card(QFrame):
+    """A figure with a caption under it."""
+
+    def __init__(self, caption: str, tooltip: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setToolTip(tooltip)
+        self.value = QLabel("–")
+        font = self.value.font()
+        font.setPointSizeF(font.pointSizeF() * 1.6)
+        font.setBold(True)
+        self.value.setFont(font)
+        self.caption = QLabel(caption)
+        self.caption.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.value)
+        layout.addWidget(self.caption)
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # keyboard users reach the tooltip too
+        self.setAccessibleName(caption)
+
+    def set(self, value: str, caption: str | None = None) -> None:
+        self.value.setText(value)
+        self.setAccessibleDescription(value)
+        if caption is not None:
+            self.caption.setText(caption)
+
+
+class Dashboard(QWidget):
+    start_clicked = Signal()
+    pause_clicked = Signal()
+    resume_clicked = Signal()
+    finish_clicked = Signal()
+    stop_clicked = Signal()
+    restart_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        root = QVBoxLayout(self)
+        root.addLayout(self._header())
+        root.addWidget(self._problem_banner())
+        root.addLayout(self._cards())
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self._charts())
+        split.addWidget(self._tabs())
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        root.addWidget(split, 1)
+        self._state = ""
+
+    # --- building ---
+    def _header(self) -> QHBoxLayout:
+        self.status = QLabel("Stopped")
+        font = self.status.font()
+        font.setPointSizeF(font.pointSizeF() * 2.0)
+        font.setWeight(QFont.Weight.DemiBold)
+        self.status.setFont(font)
+        self.status.setAccessibleName("status")
+        self.phase = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumHeight(14)
+        self.progress.setAccessibleName("progress of this step")
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setStyleSheet("color: #555")
+        left = QVBoxLayout()
+        left.addWidget(self.status)
+        left.addWidget(self.phase)
+        left.addWidget(self.progress)
+        left.addWidget(self.message)
+
+        self.main_button = QPushButton("Start")
+        self.main_button.setMinimumSize(150, 56)
+        bf = self.main_button.font()
+        bf.setPointSizeF(bf.pointSizeF() * 1.4)
+        bf.setBold(True)
+        self.main_button.setFont(bf)
+        self.main_button.clicked.connect(self._on_main)
+        self.finish_button = QPushButton("Finish this round, then pause")
+        self.finish_button.setToolTip("The round in progress is completed and saved, then training pauses.")
+        self.finish_button.clicked.connect(self.finish_clicked)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop after the round in progress; the next start continues from there.")
+        self.stop_button.clicked.connect(self.stop_clicked)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.main_button)
+        row = QHBoxLayout()
+        row.addWidget(self.finish_button)
+        row.addWidget(self.stop_button)
+        buttons.addLayout(row)
+
+        top = QHBoxLayout()
+        top.addLayout(left, 1)
+        top.addLayout(buttons)
+        return top
+
+    def _problem_banner(self) -> QFrame:
+        self.banner = QFrame()
+        self.banner.setFrameShape(QFrame.Shape.StyledPanel)
+        self.banner.setStyleSheet("QFrame { background: #fff3e0; }")
+        self.banner_text = QLabel()
+        self.banner_text.setWordWrap(True)
+        self.banner_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner_details = QPlainTextEdit()
+        self.banner_details.setReadOnly(True)
+        self.banner_details.setMaximumHeight(120)
+        self.banner_details.setAccessibleName("last lines the engine wrote")
+        self.restart_button = QPushButton("Restart")
+        self.restart_button.clicked.connect(self.restart_clicked)
+        layout = QGridLayout(self.banner)
+        layout.addWidget(self.banner_text, 0, 0)
+        layout.addWidget(self.restart_button, 0, 1, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(self.banner_details, 1, 0, 1, 2)
+        self.banner.hide()
+        return self.banner
+
+    def _cards(self) -> QHBoxLayout:
+        self.card_round = Card("rounds done", "A round: the model answers a few questions several times, "
+                                              "scores its answers, and learns from the better ones.")
+        self.card_reward = Card("reward, last 5 rounds",
+                                "The average score of the answers: 1 for a correct answer, a small bonus "
+                                "for a well-formed one, 0 otherwise.")
+        self.card_accuracy = Card("correct answers, last 5 rounds", "The share of answers that were exactly right.")
+        self.card_test = Card("practice test", "Questions the model never trains on, answered at its most "
+                                               "confident: the honest measure of progress.")
+        self.card_speed = Card("tokens written per second", "How fast this computer writes answers; a token is a "
+                                                           "word or a piece of a word.")
+        self.card_swarm = Card("volunteers online", "Other computers in the same swarm right now.")
+        self.card_you = Card("shared / used by others", "Groups of answers this computer shared with the swarm, "
+                                                        "and how many other volunteers learned from.")
+        row = QHBoxLayout()
+        for card in (self.card_round, self.card_reward, self.card_accuracy, self.card_test, self.card_speed,
+                     self.card_swarm, self.card_you):
+            card.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            row.addWidget(card)
+        return row
+
+    def _charts(self) -> QWidget:
+        self.progress_chart = ProgressChart()
+        self.time_chart = TimeChart()
+        self.groups_chart = GroupsChart()
+        box = QWidget()
+        grid = QGridLayout(box)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.addWidget(self.progress_chart.widget, 0, 0, 1, 2)
+        grid.addWidget(self.time_chart.widget, 1, 0)
+        grid.addWidget(self.groups_chart.widget, 1, 1)
+        grid.setRowStretch(0, 3)
+        grid.setRowStretch(1, 2)
+        return box
+
+    def _tabs(self) -> QTabWidget:
+        self.tabs = QTabWidget()
+        self.feed = _table(["from", "question", "answer", "reward"])
+        self.feed.setToolTip("Recent answers, this computer's own and those received from the swarm.")
+        self.leaderboard = _table(["place", "volunteer", "shared", "used by others", "rounds"])
+        self.refused = QLabel("")
+        self.refused.setWordWrap(True)
+        swarm = QWidget()
+        sl = QVBoxLayout(swarm)
+        sl.addWidget(self.leaderboard)
+        sl.addWidget(self.refused)
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(LOG_SIZE)
+        self.log.setAccessibleName("log")
+        self.tabs.addTab(self.feed, "Recent answers")
+        self.tabs.addTab(swarm, "Swarm")
+        self.tabs.addTab(self.log, "Log")
+        return self.tabs
+
+    # --- behaviour ---
+    def _on_main(self) -> None:
+        if self._state in ("running", "finishing"):
+            self.pause_clicked.emit()
+        elif self._state == "paused":
+            self.resume_clicked.emit()
+        else:
+            self.start_clicked.emit()
+
+    def add_log(self, line: str) -> None:
+        self.log.appendPlainText(line)
+
+    def show_problem(self, sentence: str, tail: tuple[str, ...], can_restart: bool = True) -> None:
+        self.banner_text.setText(sentence)
+        self.banner_details.setPlainText("\n".join(tail))
+        self.banner_details.setVisible(bool(tail))
+        self.restart_button.setVisible(can_restart)
+        self.banner.show()
+
+    def hide_problem(self) -> None:
+        self.banner.hide()
+
+    def set_controls(self, state: str, replay: bool = False) -> None:
+        """Buttons follow the engine's real state."""
+        self._state = state
+        labels = {"running": "Pause", "finishing": "Pause", "paused": "Resume"}
+        self.main_button.setText(labels.get(state, "Start"))
+        busy = state in ("starting", "stopping")
+        self.main_button.setEnabled(not replay and not busy)
+        self.finish_button.setEnabled(not replay and state == "running")
+        self.stop_button.setEnabled(not replay and state in ("running", "paused", "finishing", "starting"))
+        for button in (self.main_button, self.finish_button, self.stop_button):
+            button.setVisible(not replay)
+
+    def refresh(self, model: RunModel) -> None:
+        self.status.setText(model.headline())
+        text, done, total = model.phase_text()
+        self.phase.setText(text)
+        self.progress.setVisible(bool(text) or model.state == "starting")
+        if total:
+            self.progress.setRange(0, total)
+            self.progress.setValue(done)
+        elif model.state in ("running", "starting", "finishing", "stopping"):
+            self.progress.setRange(0, 0)  # busy
+        else:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+        self.message.setText(model.error or model.message)
+        self._refresh_cards(model)
+        for chart in (self.progress_chart, self.time_chart, self.groups_chart):
+            chart.update(model)
+        self._refresh_feed(model)
+        self._refresh_swarm(model)
+
+    def _refresh_cards(self, m: RunModel) -> None:
+        recent = m.rounds[-5:]
+        self.card_round.setToolTip(round_tooltip(m.settings))
+        self.card_round.set(str(m.current_round) + (f" / {m.round_end}" if m.round_end else ""))
+        if recent:
+            self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}")
+            self.card_accuracy.set(f"{100 * sum(r.accuracy for r in recent) / len(recent):.0f} %")
+            self.card_speed.set(f"{recent[-1].tokens_per_s:.0f}")
+        if m.evals:
+            rnd, acc, _ = m.evals[-1]
+            first = m.evals[0][1]
+            self.card_test.set(f"{100 * acc:.0f} %", f"practice test (round {rnd}; {100 * first:.0f} % at the start)")
+        if m.relay_connected is None and not m.leaderboard:
+            self.card_swarm.set("alone", "training alone (no swarm)")
+        else:
+            self.card_swarm.set(str(m.peers), "volunteers online" + ("" if m.relay_connected is not False
+                                                                      else " (swarm unreachable)"))
+        place = f", place {m.rank}" if m.rank else ""
+        self.card_you.set(f"{m.shared_total} / {m.adopted_total}", f"shared / used by others{place}")
+
+    def _refresh_feed(self, m: RunModel) -> None:
+        rows = list(m.feed)
+        self.feed.setRowCount(len(rows))
+        for i, s in enumerate(rows):
+            answer = s.answer if s.answer is not None else "(no answer)"
+            mark = "✓ " if s.correct else ""
+            for j, text in enumerate(("this computer" if s.source == "own" else s.source,
+                                      s.question, mark + answer, f"{s.reward:.2f}")):
+                self.feed.setItem(i, j, _item(text))
+
+    def _refresh_swarm(self, m: RunModel) -> None:
+        self.leaderboard.setRowCount(len(m.leaderboard))
+        for i, row in enumerate(m.leaderboard):
+            name = row.name + (" (you)" if row.node_id == m.node_id else "")
+            for j, text in enumerate((str(i + 1), name, str(row.groups_shared), str(row.groups_adopted),
+                                      str(row.rounds))):
+                self.leaderboard.setItem(i, j, _item(text))
+        if m.rejected_reasons:
+            parts = [f"{REASON_WORDS.get(k, k.replace('_', ' '))}: {v}" for k, v in m.rejected_reasons.most_common()]
+            self.refused.setText("Shared answers refused so far — " + ", ".join(parts))
+        else:
+            self.refused.setText("" if m.relay_connected is None else "No shared answers refused so far.")
+
+
+def round_tooltip(settings: dict) -> str:
+    """What a round is, with this run's I, J and L in plain words."""
+    i, j, l = (settings.get(k, "?") for k in ("local_groups", "external_groups", "completions"))
+    return ("A round: the model answers questions, scores its own answers, and learns from the better ones.\n"
+            f"I = {i}: questions this computer asks itself each round.\n"
+            f"J = {j}: groups of answers taken from other volunteers each round (re-checked here first).\n"
+            f"L = {l}: answers written to each question; learning compares them with each other.\n"
+            "Reward: 1 for a correct answer, plus a small bonus for a well-formed one.")
+
+
+def _table(headers: list[str]) -> QTableWidget:
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().setVisible(False)
+    t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    t.setWordWrap(False)
+    header = t.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setStretchLastSection(False)
+    if "question" in headers:
+        header.setSectionResizeMode(headers.index("question"), QHeaderView.ResizeMode.Stretch)
+    return t
+
+
+def _item(text: str) -> QTableWidgetItem:
+    item = QTableWidgetItem(text.replace("\n", " "))
+    item.setToolTip(text)
+    return item

@@ -1,0 +1,181 @@
+"""Settings forms shared by the setup wizard and the preferences dialog: the swarm, and power use."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
+                               QSpinBox, QVBoxLayout, QWidget)
+
+from app.settings import DEFAULT_RELAY, POWER_WORDS, AppSettings, preset_threads
+
+SWARM_CHOICES = (
+    ("public", "Join a swarm", "Train together with the volunteers of a swarm on a relay server."),
+    ("private", "Join a private swarm", "A swarm that needs a password (token) from whoever runs it."),
+    ("local", "A local swarm on this computer",
+     "The app runs a relay here (reachable from this computer only); other nodes on this computer can join it."),
+    ("offline", "Train alone (offline)", "No swarm: this computer learns only from its own answers."),
+)
+
+
+def relay_problem(url: str) -> str | None:
+    """Why a relay URL is unusable, or None. The rule of ``engine.swarm.check_relay_url``, kept
+    here so the app stays off the engine's modules; the engine checks again when it starts."""
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return f"relay URL has an invalid port: {url!r}"
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        return f"relay URL must look like ws://host:port or wss://host:port, got {url!r}"
+    return None
+
+
+class SwarmForm(QWidget):
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        self.group = QButtonGroup(self)
+        self.buttons: dict[str, QRadioButton] = {}
+        for key, title, words in SWARM_CHOICES:
+            button = QRadioButton(title)
+            button.setToolTip(words)
+            self.group.addButton(button)
+            self.buttons[key] = button
+            layout.addWidget(button)
+            hint = QLabel(words)
+            hint.setWordWrap(True)
+            hint.setStyleSheet("color: #555; margin-left: 24px")
+            layout.addWidget(hint)
+        box = QGroupBox("Swarm details")
+        form = QFormLayout(box)
+        self.relay = QLineEdit(DEFAULT_RELAY)
+        self.relay.setAccessibleName("relay address")
+        self.swarm = QLineEdit("public")
+        self.swarm.setAccessibleName("swarm name")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setAccessibleName("swarm token")
+        self.port = QSpinBox()
+        self.port.setRange(1024, 65535)
+        self.port.setValue(8765)
+        self.port.setAccessibleName("local swarm port")
+        form.addRow("Relay address:", self.relay)
+        form.addRow("Swarm name:", self.swarm)
+        form.addRow("Token (password):", self.token)
+        form.addRow("Port on this computer:", self.port)
+        self.problem = QLabel("")
+        self.problem.setStyleSheet("color: #b00020")
+        self.problem.setWordWrap(True)
+        layout.addWidget(box)
+        layout.addWidget(self.problem)
+        layout.addStretch(1)
+        self.form = form
+        for w in (self.relay, self.swarm, self.token):
+            w.textChanged.connect(self._update)
+        self.group.buttonToggled.connect(lambda *_: self._update())
+        self.buttons["offline"].setChecked(True)
+
+    @property
+    def kind(self) -> str:
+        return next((k for k, b in self.buttons.items() if b.isChecked()), "offline")
+
+    def _update(self) -> None:
+        kind = self.kind
+        for widget, shown in ((self.relay, kind in ("public", "private")), (self.swarm, kind != "offline"),
+                              (self.token, kind == "private"), (self.port, kind == "local")):
+            widget.setEnabled(shown)
+            self.form.labelForField(widget).setEnabled(shown)
+        self.problem.setText(self.problem_text() or "")
+        self.changed.emit()
+
+    def problem_text(self) -> str | None:
+        kind = self.kind
+        if kind in ("public", "private"):
+            problem = relay_problem(self.relay.text())
+            if problem:
+                return problem
+        if kind != "offline" and not 1 <= len(self.swarm.text().strip()) <= 64:
+            return "the swarm name must be 1 to 64 characters"
+        if kind == "private" and not self.token.text():
+            return "a private swarm needs its token"
+        return None
+
+    def load(self, s: AppSettings) -> None:
+        self.buttons.get(s.swarm_kind, self.buttons["offline"]).setChecked(True)
+        self.relay.setText(s.node.get("relay") or DEFAULT_RELAY) if s.swarm_kind != "local" else None
+        self.swarm.setText(s.node.get("swarm", "public"))
+        self.token.setText(s.node.get("token") or "")
+        self.port.setValue(s.local_relay_port)
+        self._update()
+
+    def store(self, s: AppSettings) -> None:
+        kind = self.kind
+        s.swarm_kind = kind  # type: ignore[assignment]
+        s.local_relay_port = self.port.value()
+        for key in ("relay", "swarm", "token", "offline"):
+            s.node.pop(key, None)
+        if kind == "offline":
+            s.node["offline"] = True
+            return
+        s.node["swarm"] = self.swarm.text().strip()
+        s.node["relay"] = f"ws://127.0.0.1:{self.port.value()}" if kind == "local" else self.relay.text().strip()
+        if kind == "private":
+            s.node["token"] = self.token.text()
+
+
+class PowerForm(QWidget):
+    def __init__(self, cores: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.cores = cores
+        layout = QVBoxLayout(self)
+        box = QGroupBox("How much of the processor to use")
+        inner = QVBoxLayout(box)
+        self.group = QButtonGroup(self)
+        self.buttons: dict[str, QRadioButton] = {}
+        for key, words in POWER_WORDS.items():
+            n = preset_threads(key, cores)
+            button = QRadioButton(f"{words} ({n} thread{'s' if n > 1 else ''})")
+            self.group.addButton(button)
+            self.buttons[key] = button
+            inner.addWidget(button)
+        layout.addWidget(box)
+        rules = QGroupBox("When to run")
+        form = QVBoxLayout(rules)
+        self.idle = QCheckBox("Run only when the computer is idle")
+        self.idle.setToolTip("Training pauses while you use the computer and resumes once it has been idle "
+                             "for the minutes below.")
+        self.idle_minutes = QSpinBox()
+        self.idle_minutes.setRange(1, 120)
+        self.idle_minutes.setSuffix(" minutes without keyboard or mouse")
+        self.idle_minutes.setAccessibleName("idle minutes")
+        self.battery = QCheckBox("Pause while on battery")
+        form.addWidget(self.idle)
+        form.addWidget(self.idle_minutes)
+        form.addWidget(self.battery)
+        layout.addWidget(rules)
+        layout.addStretch(1)
+        self.idle.toggled.connect(self.idle_minutes.setEnabled)
+        self.buttons["medium"].setChecked(True)
+
+    @property
+    def power(self) -> str:
+        return next((k for k, b in self.buttons.items() if b.isChecked()), "medium")
+
+    def load(self, s: AppSettings) -> None:
+        self.buttons.get(s.power, self.buttons["medium"]).setChecked(True)
+        self.idle.setChecked(s.only_when_idle)
+        self.idle_minutes.setValue(s.idle_minutes)
+        self.idle_minutes.setEnabled(s.only_when_idle)
+        self.battery.setChecked(s.pause_on_battery)
+
+    def store(self, s: AppSettings) -> None:
+        s.power = self.power  # type: ignore[assignment]
+        s.node["threads"] = preset_threads(s.power, self.cores)
+        s.only_when_idle = self.idle.isChecked()
+        s.idle_minutes = self.idle_minutes.value()
+        s.pause_on_battery = self.battery.isChecked()

@@ -1,0 +1,184 @@
+"""What the dashboard shows, accumulated from engine events: plain Python, no Qt.
+
+The view (``app/dashboard.py``) only reads this; feeding it events is the whole
+controller. Replay feeds it a file's events, a live run feeds it the engine's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from wire import events as ev
+
+FEED_SIZE = 40  # recent answers kept for the feed
+LOG_SIZE = 2000
+
+# Plain words for the phases of a round (the main screen avoids jargon).
+PHASE_WORDS = {
+    "external": "Collecting answers shared by the swarm",
+    "generating": "Writing answers",
+    "scoring": "Checking answers",
+    "sharing": "Sharing answers with the swarm",
+    "training": "Learning from the answers",
+    "swapping": "Loading the improved model",
+    "evaluating": "Taking a practice test",
+    "checkpointing": "Saving progress",
+}
+
+STATE_WORDS = {
+    "stopped": "Stopped",
+    "starting": "Starting…",
+    "running": "Training",
+    "paused": "Paused",
+    "finishing": "Finishing this round, then pausing",
+    "stopping": "Stopping after this round",
+    "crashed": "Stopped with a problem",
+    "replay": "Replay of a finished run",
+}
+
+
+@dataclass(frozen=True)
+class RoundPoint:
+    round: int
+    reward: float
+    accuracy: float
+    tokens_per_s: float
+    # where the round's time went, seconds
+    generate_s: float
+    score_s: float
+    train_s: float
+    swap_s: float
+    evaluate_s: float
+    other_s: float
+    round_s: float
+    # groups of answers this round
+    own: int
+    external: int
+    dropped: int
+    rejected: int
+
+
+@dataclass
+class RunModel:
+    state: str = "stopped"
+    node_name: str = ""
+    node_id: str = ""
+    model: str = ""
+    threads: int = 0
+    round_end: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    rounds: list[RoundPoint] = field(default_factory=list)
+    evals: list[tuple[int, float, float]] = field(default_factory=list)  # round, pass@1, sampled reward
+    phase: ev.PhaseProgress | None = None
+    download: ev.Download | None = None
+    relay_connected: bool | None = None
+    peers: int = 0
+    shared_total: int = 0
+    adopted_total: int = 0
+    rank: int | None = None
+    leaderboard: list[ev.LeaderRow] = field(default_factory=list)
+    rejected_reasons: Counter[str] = field(default_factory=Counter)
+    feed: deque[ev.RolloutSample] = field(default_factory=lambda: deque(maxlen=FEED_SIZE))
+    message: str = ""  # the latest status / warning line
+    error: str = ""
+    stop_reason: str = ""
+
+    @property
+    def current_round(self) -> int:
+        return self.rounds[-1].round if self.rounds else int(self.settings.get("round_start", 0) or 0)
+
+    def apply(self, event: ev.Event) -> None:
+        """Take one event into the model."""
+        match event:
+            case ev.Start():
+                self.node_name, self.node_id, self.model = event.node_name, event.node_id, event.model
+                self.threads, self.round_end = event.threads, event.round_end
+                self.settings = dict(event.settings) | {"round_start": event.round_start}
+                self.error = self.stop_reason = ""
+            case ev.StateChanged():
+                self.state = event.state
+                if event.state in ("paused", "stopping"):
+                    self.phase = None if event.state == "stopping" else self.phase
+            case ev.PhaseProgress():
+                self.phase = event
+            case ev.Download():
+                self.download = None if event.finished else event
+            case ev.Status():
+                self.message = event.message
+            case ev.Warning():
+                self.message = f"Warning: {event.message}"
+            case ev.ErrorEvent():
+                self.error = event.message
+            case ev.Stop():
+                self.stop_reason, self.phase = event.reason, None
+            case ev.Round():
+                self._round(event)
+            case ev.Eval():
+                self.evals.append((event.round, event.eval_accuracy, event.eval_sampled_reward))
+            case ev.Swarm():
+                self.peers = event.peers_online
+                self.leaderboard = list(event.leaderboard)
+                self.rank = event.rank
+                if event.you is not None:
+                    self.shared_total, self.adopted_total = event.you.groups_shared, event.you.groups_adopted
+
+    def _round(self, r: ev.Round) -> None:
+        evaluate = r.eval_s or 0.0
+        swap = r.swap_ms / 1000
+        known = r.gen_s + r.score_s + r.train_s + swap + evaluate
+        self.rounds.append(RoundPoint(
+            round=r.round, reward=r.reward_mean, accuracy=r.accuracy, tokens_per_s=r.gen_tokens_per_s,
+            generate_s=r.gen_s, score_s=r.score_s, train_s=r.train_s, swap_s=swap, evaluate_s=evaluate,
+            other_s=max(0.0, r.round_s - known), round_s=r.round_s,
+            own=r.groups, external=r.external_groups, dropped=r.groups_dropped, rejected=r.rejected_groups,
+        ))
+        self.phase = None
+        self.relay_connected = r.relay_connected
+        if r.relay_connected is not None:
+            self.peers = r.peers
+        self.rejected_reasons.update(r.rejected_reasons)
+        if r.shared_total is not None:
+            self.shared_total = r.shared_total
+        if r.adopted_total is not None:
+            self.adopted_total = r.adopted_total
+        self.feed.extendleft(r.rollouts)  # newest first
+
+    # --- what the main screen says ---
+    def headline(self) -> str:
+        """The one big line on top."""
+        words = STATE_WORDS.get(self.state, self.state.capitalize())
+        if self.state in ("running", "finishing", "stopping", "paused", "replay") and (self.rounds or self.round_end):
+            of = f" of {self.round_end}" if self.round_end else ""
+            n = self.current_round + (0 if self.state in ("paused", "replay") else 1)
+            words += f" — round {min(n, self.round_end or n)}{of}"
+        return words
+
+    def phase_text(self) -> tuple[str, int, int]:
+        """What the progress bar says, and its done / total (0/0: busy, no known end)."""
+        if self.download is not None:
+            d = self.download
+            mb = d.done_bytes / 1e6
+            of = f" of {d.total_bytes / 1e6:.0f} MB" if d.total_bytes else " MB"
+            return f"Downloading {d.file}: {mb:.0f}{of}", d.done_bytes, d.total_bytes
+        if self.phase is None:
+            return "", 0, 0
+        p = self.phase
+        words = PHASE_WORDS.get(p.phase, p.phase)
+        if p.total:
+            words += f" ({p.done} of {p.total})"
+        return words, p.done, p.total
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values (shorter at the start), same length as ``values``."""
+    if window < 1:
+        raise ValueError("window must be >= 1")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out

@@ -1,0 +1,127 @@
+"""The app's settings: what the wizard asks and the preferences dialog edits, kept as TOML.
+
+Two files in the platform's config dir (``SAPO_CONFIG_DIR`` overrides it):
+- ``node.toml``: the engine's settings (``NodeConfig`` field names, written by the engine's
+  ``to_toml``: only what differs from its defaults), passed to
+  ``sapo-engine run --config``, so a volunteer can also run the same node from a terminal;
+- ``app.toml``: what only the app uses (power preset, idle and battery rules, swarm kind).
+Files are written whole to a temporary name and renamed, so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+import tomli_w
+
+from engine.config import NodeConfig, build_config, to_toml
+from engine.errors import SapoError
+
+Power = Literal["light", "medium", "full"]
+SwarmKind = Literal["public", "private", "local", "offline"]
+POWER_SHARE = {"light": 0.25, "medium": 0.5, "full": 1.0}  # of the physical cores
+POWER_WORDS = {"light": "Light — a quarter of the processor", "medium": "Medium — half of the processor",
+               "full": "Full — the whole processor"}
+DEFAULT_RELAY = "ws://127.0.0.1:8765"
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get("SAPO_CONFIG_DIR") or platformdirs.user_config_dir("sapo-swarm", appauthor=False))
+
+
+def default_data_dir() -> Path:
+    """Where the engine keeps a node's data when no --data-dir is given (engine.paths, same rule)."""
+    return Path(platformdirs.user_data_dir("sapo-swarm", appauthor=False))
+
+
+def physical_cores() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def preset_threads(power: str, physical_cores: int) -> int:
+    return max(1, round(physical_cores * POWER_SHARE.get(power, 0.5)))
+
+
+@dataclass
+class AppSettings:
+    setup_done: bool = False
+    power: Power = "medium"
+    only_when_idle: bool = False
+    idle_minutes: int = 5
+    pause_on_battery: bool = True
+    swarm_kind: SwarmKind = "offline"
+    local_relay_port: int = 8765  # "a local swarm on this computer" listens here, on 127.0.0.1 only
+    data_dir: str | None = None  # None: the engine's default
+    # --- the engine's part (NodeConfig fields) ---
+    node: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str | None:
+        return self.node.get("model")
+
+    def node_config(self) -> NodeConfig:
+        """The engine's settings, validated exactly as the engine will (a SapoError when wrong)."""
+        return build_config(self.node, {})
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        tomli_w.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _clean(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}  # TOML has no null: absent means default
+
+
+def node_path(directory: Path | None = None) -> Path:
+    return (directory or config_dir()) / "node.toml"
+
+
+def save(settings: AppSettings, directory: Path | None = None) -> None:
+    directory = directory or config_dir()
+    node = settings.node_config()  # never write a file the engine would refuse
+    app = _clean({k: v for k, v in dataclasses.asdict(settings).items() if k != "node"})
+    _write(directory / "app.toml", app)
+    _replace(node_path(directory), to_toml(node))  # the engine's own writer: what differs from its defaults
+
+
+def load(directory: Path | None = None) -> AppSettings:
+    """The saved settings; defaults (setup not done) when there are none; SapoError when unreadable."""
+    directory = directory or config_dir()
+    values: dict[str, Any] = {}
+    for name in ("app.toml", "node.toml"):
+        path = directory / name
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            data = {}
+        except (tomllib.TOMLDecodeError, OSError) as exc:
+            raise SapoError(f"settings file {path} cannot be read ({exc}); fix or delete it") from None
+        if name == "node.toml":
+            values["node"] = data
+        else:
+            values |= data
+    known = {f.name for f in dataclasses.fields(AppSettings)}
+    settings = AppSettings(**{k: v for k, v in values.items() if k in known})
+    if settings.power not in POWER_SHARE:
+        settings.power = "medium"
+    return settings

@@ -1,0 +1,301 @@
+"""The main window: the controller between the engine process, the run model and the dashboard.
+
+Engine events update the model; a short timer coalesces redraws, so a burst of progress
+events costs one repaint. Buttons, menus, the tray and the power rules all act on the
+engine through the same few commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMessageBox, QWidget
+
+from app import power
+from app.dashboard import Dashboard
+from app.engine_process import EngineProcess, run_args
+from app.guiprocess import GuiProcess
+from app.icon import app_icon
+from app.local_relay import LocalRelay
+from app.outcome import Outcome
+from app.run_model import RunModel
+from app.settings import POWER_WORDS, AppSettings, default_data_dir, node_path, preset_threads
+from app.tray import Tray
+from wire import events as ev
+
+log = logging.getLogger("app.window")
+
+REDRAW_MS = 200
+POWER_CHECK_MS = 30_000
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: AppSettings | None = None, config_dir: Path | None = None,
+                 extra_engine_args: list[str] | None = None, cores: int = 1, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings or AppSettings()
+        self.config_dir = config_dir
+        self.extra_engine_args = list(extra_engine_args or [])
+        self.cores = cores
+        self.replay = False
+        self.model = RunModel()
+        self.dashboard = Dashboard()
+        self.setCentralWidget(self.dashboard)
+        self.setWindowTitle("SAPO Swarm")
+        self.setWindowIcon(app_icon())
+        self.resize(1200, 860)
+
+        self.engine = EngineProcess(self)
+        self.engine.event.connect(self._on_event)
+        self.engine.log_line.connect(self.dashboard.add_log)
+        self.engine.state_changed.connect(self._on_state)
+        self.engine.finished.connect(self._on_finished)
+        self.relay: LocalRelay | None = None
+        self.policy = power.PowerPolicy()
+        self._hold: str | None = None
+
+        self._redraw = QTimer(self)
+        self._redraw.setSingleShot(True)
+        self._redraw.setInterval(REDRAW_MS)
+        self._redraw.timeout.connect(self.refresh)
+        self._power_timer = QTimer(self)
+        self._power_timer.setInterval(POWER_CHECK_MS)
+        self._power_timer.timeout.connect(self.check_power)
+
+        d = self.dashboard
+        d.start_clicked.connect(self.start)
+        d.pause_clicked.connect(self.pause)
+        d.resume_clicked.connect(self.resume)
+        d.finish_clicked.connect(self.engine.finish)
+        d.stop_clicked.connect(self.stop)
+        d.restart_clicked.connect(self.start)
+        self.tray = Tray(self)
+        self.tray.toggle_pause.connect(self.toggle_pause)
+        self.tray.show_window.connect(self._show)
+        self.tray.quit.connect(self.close)
+        self._menus()
+        self._on_state("stopped")
+
+    # --- menus ---
+    def _menus(self) -> None:
+        bar = self.menuBar()
+        run = bar.addMenu("&Run")
+        self.act_start = self._action(run, "&Start", "Ctrl+R", self.start)
+        self.act_pause = self._action(run, "&Pause / resume", "Ctrl+P", self.toggle_pause)
+        self.act_finish = self._action(run, "&Finish this round, then pause", "Ctrl+F", self.engine.finish)
+        self.act_stop = self._action(run, "S&top", "Ctrl+T", self.stop)
+        run.addSeparator()
+        power_menu = run.addMenu("Processor &use")
+        group = QActionGroup(self)
+        self.power_actions: dict[str, QAction] = {}
+        for key, words in POWER_WORDS.items():
+            act = QAction(words, self, checkable=True)
+            act.setChecked(key == self.settings.power)
+            act.triggered.connect(lambda _=False, k=key: self.set_power(k))
+            group.addAction(act)
+            power_menu.addAction(act)
+            self.power_actions[key] = act
+        run.addSeparator()
+        self._action(run, "&Quit", QKeySequence.StandardKey.Quit, self.close)
+        model = bar.addMenu("&Model")
+        self._action(model, "&Export my model…", "Ctrl+E", self.export_model)
+        self._action(model, "&Preferences…", QKeySequence.StandardKey.Preferences, self.preferences)
+
+    def _action(self, menu, text, shortcut, slot) -> QAction:  # type: ignore[no-untyped-def]
+        act = QAction(text, self)
+        act.setShortcut(QKeySequence(shortcut))
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    # --- replay ---
+    def show_replay(self, events: list[ev.Event], title: str, skipped: int = 0) -> None:
+        self.replay = True
+        for event in events:
+            self.model.apply(event)
+        self.model.state = "replay"
+        if skipped:
+            self.model.message = f"{skipped} lines of the file were not events and were skipped"
+        self.setWindowTitle(f"SAPO Swarm — {title}")
+        self.dashboard.set_controls("stopped", replay=True)
+        for act in (self.act_start, self.act_pause, self.act_finish, self.act_stop):
+            act.setEnabled(False)
+        self.refresh()
+
+    # --- the engine ---
+    def start(self) -> None:
+        if self.replay or self.engine.running:
+            return
+        self.dashboard.hide_problem()
+        if self.settings.swarm_kind == "local":
+            self._start_relay()
+        else:
+            self._start_engine()
+
+    def _start_relay(self) -> None:
+        if self.relay is None:
+            data = Path(self.settings.data_dir or default_data_dir()) / "local-relay"
+            self.relay = LocalRelay(self.settings.local_relay_port, data, self)
+            self.relay.ready.connect(lambda url: self._start_engine())
+            self.relay.failed.connect(self._on_relay_failed)
+        self.model.message = "Starting the local swarm…"
+        self.refresh()
+        self.relay.start()
+
+    def _start_engine(self) -> None:
+        if self.engine.running:
+            return
+        config = node_path(self.config_dir)
+        data_dir = Path(self.settings.data_dir) if self.settings.data_dir else None
+        self.model = RunModel()
+        self.dashboard.log.clear()
+        self.engine.start(run_args(config if config.exists() else None, data_dir, extra=self.extra_engine_args))
+        self._power_timer.start()
+
+    def _on_relay_failed(self, outcome: Outcome) -> None:
+        self.dashboard.show_problem(outcome.sentence(), outcome.stderr_tail)
+        if self.engine.running:
+            self.model.message = "The local swarm stopped; the engine trains alone until it is back."
+
+    def pause(self) -> None:
+        self.policy.user_paused()
+        self.engine.pause()
+
+    def resume(self) -> None:
+        self.policy.user_resumed(self._hold)
+        self.engine.resume()
+
+    def toggle_pause(self) -> None:
+        if self.engine.state == "paused":
+            self.resume()
+        elif self.engine.state in ("running", "finishing"):
+            self.pause()
+        elif not self.engine.running:
+            self.start()
+
+    def stop(self) -> None:
+        self._power_timer.stop()
+        self.engine.stop()
+
+    def set_power(self, key: str) -> None:
+        self.settings.power = key  # type: ignore[assignment]
+        threads = preset_threads(key, self.cores)
+        self.settings.node["threads"] = threads
+        if self.config_dir is not None or self.settings.setup_done:
+            from app.settings import save
+
+            save(self.settings, self.config_dir)
+        if self.engine.running:
+            self.engine.set_threads(threads)
+        self.power_actions[key].setChecked(True)
+
+    def check_power(self) -> None:
+        """The idle and battery rules, acting through the same pause / resume commands."""
+        rules = power.Rules(self.settings.only_when_idle, self.settings.idle_minutes, self.settings.pause_on_battery)
+        idle = power.idle_seconds() if rules.only_when_idle else None
+        self.apply_power(rules, power.Facts(idle, power.on_battery()))
+
+    def apply_power(self, rules: power.Rules, facts: power.Facts) -> None:
+        self._hold = power.hold_reason(rules, facts)
+        action = self.policy.decide(self._hold, self.engine.state)
+        if action == "pause":
+            self.engine.pause()
+            self.model.message = f"Paused by your preferences: {self._hold}."
+        elif action == "resume":
+            self.engine.resume()
+            self.model.message = "Resumed: your preferences allow running again."
+        self.schedule_refresh()
+
+    # --- engine signals ---
+    def _on_event(self, event: ev.Event) -> None:
+        self.model.apply(event)
+        self.schedule_refresh()
+
+    def _on_state(self, state: str) -> None:
+        if state in ("stopped", "crashed", "starting"):
+            self.model.state = state
+        self.dashboard.set_controls(state, replay=self.replay)
+        running = state in ("running", "paused", "finishing")
+        self.act_start.setEnabled(not self.replay and state in ("stopped", "crashed"))
+        self.act_pause.setEnabled(running)
+        self.act_finish.setEnabled(state == "running")
+        self.act_stop.setEnabled(running or state == "starting")
+        self.setWindowIcon(app_icon(state))
+        self.schedule_refresh()
+
+    def _on_finished(self, outcome: Outcome) -> None:
+        self._power_timer.stop()
+        if not outcome.ok and not (outcome.stopped_by_user and outcome.message is None):
+            self.dashboard.show_problem(outcome.sentence(), outcome.stderr_tail)
+        self.refresh()
+
+    def schedule_refresh(self) -> None:
+        if not self._redraw.isActive():
+            self._redraw.start()
+
+    def refresh(self) -> None:
+        self.dashboard.refresh(self.model)
+        self.tray.update(self.model.headline(), self.model.state)
+
+    # --- model export and preferences ---
+    def export_model(self) -> None:
+        out = QFileDialog.getExistingDirectory(self, "Export my model to…")
+        if out:
+            self.run_export(Path(out))
+
+    def run_export(self, out: Path) -> GuiProcess:
+        proc = GuiProcess("The export", self)
+        args = ["-m", "engine", "export"]
+        if self.settings.data_dir:
+            args += ["--data-dir", self.settings.data_dir]
+
+        def done(outcome: Outcome) -> None:
+            text = (f"Your model was exported to {out}: a LoRA adapter for peft and for llama.cpp."
+                    if outcome.ok else outcome.sentence() + "\n\n" + "\n".join(outcome.stderr_tail[-3:]))
+            self.model.message = text.splitlines()[0]
+            self.dashboard.add_log(text)
+            self.schedule_refresh()
+
+        proc.finished.connect(done)
+        proc.start(sys.executable, args + [str(out)])
+        return proc
+
+    def preferences(self) -> None:
+        from app.preferences import PreferencesDialog
+
+        dialog = PreferencesDialog(self.settings, self.cores, self)
+        if dialog.exec():
+            from app.settings import save
+
+            old_threads = self.settings.node.get("threads")
+            self.settings = dialog.result_settings()
+            save(self.settings, self.config_dir)
+            for key, act in self.power_actions.items():
+                act.setChecked(key == self.settings.power)
+            threads = self.settings.node.get("threads")
+            if self.engine.running and threads and threads != old_threads:
+                self.engine.set_threads(int(threads))
+            if self.engine.running:
+                self.model.message = "Preferences saved; swarm and model changes apply at the next start."
+                self.schedule_refresh()
+
+    # --- leaving ---
+    def _show(self) -> None:
+        self.showNormal()
+        self.raise_()
+        self.activateWindow()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+        if self.engine.running:
+            self.statusBar().showMessage("Stopping the engine…")
+            QApplication.processEvents()
+            self.engine.shutdown()
+        if self.relay is not None:
+            self.relay.stop()
+        self.tray.icon.hide()
+        event.accept()
+

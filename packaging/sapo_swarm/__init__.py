@@ -1,0 +1,1 @@
+"""The installed app's entry point (Briefcase); see ``__main__``."""

@@ -1,0 +1,78 @@
+"""Idle and battery rules as pure policy; the window acts on them through pause / resume."""
+
+from __future__ import annotations
+
+from app.power import Facts, PowerPolicy, Rules, hold_reason, on_battery, idle_seconds
+
+
+def test_hold_reason():
+    idle_rule = Rules(only_when_idle=True, idle_minutes=5, pause_on_battery=False)
+    assert hold_reason(idle_rule, Facts(idle_s=10, on_battery=None)) == "paused while the computer is in use"
+    assert hold_reason(idle_rule, Facts(idle_s=301, on_battery=True)) is None
+    assert hold_reason(idle_rule, Facts(idle_s=None, on_battery=None)) is None  # unknown idle time never pauses
+    battery = Rules(pause_on_battery=True)
+    assert hold_reason(battery, Facts(idle_s=0, on_battery=True)) == "paused while on battery"
+    assert hold_reason(battery, Facts(idle_s=0, on_battery=False)) is None
+    assert hold_reason(Rules(pause_on_battery=False), Facts(idle_s=0, on_battery=True)) is None
+
+
+def test_policy_undoes_only_its_own_pauses():
+    p = PowerPolicy()
+    assert p.decide("on battery", "running") == "pause"
+    assert p.decide("on battery", "paused") is None  # already paused: nothing to send
+    assert p.decide(None, "paused") == "resume"  # the rule let go: resume what it paused
+    assert p.decide(None, "running") is None
+    # a user's own pause is never undone
+    p.user_paused()
+    assert p.decide(None, "paused") is None
+    # a user's resume wins while the rule holds, until the rule lets go and comes back
+    assert p.decide("on battery", "running") == "pause"
+    p.user_resumed("on battery")
+    assert p.decide("on battery", "running") is None
+    assert p.decide(None, "running") is None
+    assert p.decide("on battery", "running") == "pause"
+    # finishing counts as running; a stopped engine is left alone
+    q = PowerPolicy()
+    assert q.decide("in use", "finishing") == "pause"
+    assert PowerPolicy().decide("in use", "stopped") is None
+
+
+def test_platform_facts_do_not_fail_here():
+    assert on_battery() in (None, True, False)
+    idle = idle_seconds()
+    assert idle is None or idle >= 0
+
+
+def test_the_window_pauses_and_resumes_through_the_engine_commands(qtbot, monkeypatch):
+    from app.window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    sent: list[str] = []
+    monkeypatch.setattr(window.engine, "pause", lambda: sent.append("pause") or True)
+    monkeypatch.setattr(window.engine, "resume", lambda: sent.append("resume") or True)
+    window.engine._state = "running"
+    rules = Rules(pause_on_battery=True)
+    window.apply_power(rules, Facts(idle_s=None, on_battery=True))
+    assert sent == ["pause"] and "on battery" in window.model.message
+    window.engine._state = "paused"
+    window.apply_power(rules, Facts(idle_s=None, on_battery=False))
+    assert sent == ["pause", "resume"]
+
+
+def test_tray_follows_the_state(qtbot):
+    from app.window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    tray = window.tray
+    tray.update("Paused — round 3", "paused")
+    assert tray.pause.text() == "Resume" and tray.pause.isEnabled() and tray.status.text() == "Paused — round 3"
+    tray.update("Stopped", "stopped")
+    assert tray.pause.text() == "Pause" and not tray.pause.isEnabled()
+    starts: list = []
+    monkey_start = window.start
+    window.start = lambda: starts.append(1)  # the tray's pause on a stopped engine starts it
+    window.toggle_pause()
+    window.start = monkey_start
+    assert starts == [1]

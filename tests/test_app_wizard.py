@@ -1,0 +1,125 @@
+"""The setup wizard with the bundled model and a local swarm; settings persist; preferences edit them."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from PySide6.QtWidgets import QWizard
+
+from app import settings as store
+from app.local_relay import port_open
+from app.settings import AppSettings
+from engine.errors import SapoError
+from relay.loadgen import free_port
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch, model_cache):
+    monkeypatch.setenv("SAPO_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(model_cache))
+    return tmp_path
+
+
+def test_settings_persist_across_restarts(dirs):
+    assert store.load() == AppSettings()  # nothing saved yet: defaults, setup not done
+    s = AppSettings(setup_done=True, power="full", only_when_idle=True, idle_minutes=9, swarm_kind="private",
+                    node={"model": "smollm2-135m", "relay": "ws://relay.example:8765", "swarm": "lab",
+                          "token": "s3cret", "threads": 2})
+    store.save(s)
+    again = store.load()
+    assert again == s
+    node = tomllib.loads((dirs / "config" / "node.toml").read_text())
+    assert node == s.node  # the engine's file holds exactly the engine's settings
+    bad = AppSettings(node={"completions": 1})
+    with pytest.raises(SapoError, match="completions"):
+        store.save(bad)  # never writes a file the engine would refuse
+    assert store.load() == s
+    (dirs / "config" / "app.toml").write_text("power = [")
+    with pytest.raises(SapoError, match="cannot be read"):
+        store.load()
+
+
+def test_wizard_with_the_bundled_model_and_a_local_swarm(qtbot, dirs):
+    from app.wizard import SetupWizard
+
+    port = free_port()
+    wizard = SetupWizard(AppSettings(data_dir=str(dirs / "data")), cores=2, measure=False)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    qtbot.wait_until(lambda: wizard.report is not None, timeout=180_000)  # a real `sapo-engine models --json`
+    assert wizard.hardware_page.isComplete()
+    assert "Memory" in wizard.hardware_page.text.text()
+    wizard.next()
+    page = wizard.model_page
+    assert page.selected() == wizard.report.recommended  # the recommendation is preselected
+    rows = {page.table.item(i, 0).data(0x0100): i for i in range(page.table.rowCount())}
+    page.table.selectRow(rows["smollm2-135m"])
+    assert page.selected() == "smollm2-135m" and page.isComplete()
+    wizard.next()
+    assert wizard.currentPage() is wizard.download_page
+    assert wizard.download_page.isComplete() and "already on this computer" in wizard.download_page.text.text()
+    wizard.next()
+    form = wizard.swarm_page.form
+    form.buttons["public"].setChecked(True)
+    form.relay.setText("http://not-a-relay")
+    assert not wizard.swarm_page.isComplete() and "ws://host:port" in form.problem.text()
+    form.buttons["local"].setChecked(True)
+    form.port.setValue(port)
+    form.swarm.setText("kitchen")
+    assert wizard.swarm_page.isComplete()
+    wizard.next()
+    qtbot.wait_until(wizard.name_page.isComplete, timeout=120_000)  # a real `sapo-engine identity --json`
+    name = wizard.name_page.name.text()
+    assert name.count("-") == 2 and name == wizard.name_page.query.report.node_name  # adjective-animal-NN
+    assert (dirs / "data" / "node.json").is_file()  # the engine made this node's identity in its data dir
+    wizard.next()
+    wizard.power_page.form.buttons["light"].setChecked(True)
+    wizard.power_page.form.battery.setChecked(False)
+    assert wizard.currentPage() is wizard.power_page and wizard.button(QWizard.WizardButton.FinishButton).isVisible()
+    result = wizard.result_settings()
+    wizard.accept()
+    assert result.setup_done and result.swarm_kind == "local" and result.local_relay_port == port
+    assert result.node == {"model": "smollm2-135m", "swarm": "kitchen", "relay": f"ws://127.0.0.1:{port}",
+                           "threads": 1}
+    assert (result.power, result.pause_on_battery) == ("light", False)
+    store.save(result)
+    assert store.load() == result
+
+    # The main window starts the local swarm (a relay it owns, on 127.0.0.1), then the engine.
+    from app.window import MainWindow
+
+    window = MainWindow(store.load(), cores=2)
+    qtbot.addWidget(window)
+    with qtbot.wait_signal(window.engine.state_changed, timeout=60_000,
+                           check_params_cb=lambda s: s == "starting"):
+        window.start()
+    assert window.relay is not None and window.relay.is_ready and port_open(port)
+    window.engine.shutdown(wait_ms=10_000)  # the engine itself is tested in test_app_engine.py
+    window.relay.stop()
+    qtbot.wait_until(lambda: not port_open(port), timeout=10_000)
+
+
+def test_preferences_edit_the_settings(qtbot, dirs):
+    from app.preferences import PreferencesDialog
+
+    s = AppSettings(setup_done=True, node={"model": "smollm2-135m", "offline": True})
+    dialog = PreferencesDialog(s, cores=4)
+    qtbot.addWidget(dialog)
+    dialog.power.buttons["full"].setChecked(True)
+    dialog.power.idle.setChecked(True)
+    dialog.swarm.buttons["private"].setChecked(True)
+    dialog.swarm.relay.setText("wss://relay.example.org")
+    ok = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
+    assert not ok.isEnabled()  # a private swarm needs its token
+    dialog.swarm.token.setText("t0ken")
+    assert ok.isEnabled()
+    out = dialog.result_settings()
+    assert out.node == {"model": "smollm2-135m", "threads": 4, "swarm": "public", "relay": "wss://relay.example.org",
+                        "token": "t0ken"}
+    assert out.only_when_idle and out.power == "full" and out.swarm_kind == "private"
+    assert s.node == {"model": "smollm2-135m", "offline": True}  # the original is untouched until saved
+    qtbot.wait_until(lambda: dialog.model.count() > 1, timeout=120_000)  # the catalog, from `models --json`
+    names = [dialog.model.itemData(i) for i in range(dialog.model.count())]
+    assert names[0] == "smollm2-135m" and "qwen2.5-7b" in names
+    assert dialog.model.currentText() == "smollm2-135m"  # the choice survives the list arriving

@@ -1,0 +1,85 @@
+"""``sapo-engine models --json``: this machine, the catalog's fit on it, the recommendation
+(and ``sapo-engine identity --json``: this node's id and name).
+
+The GUI decides nothing about hardware itself (it never imports torch): it runs the engine
+with ``models --json`` and reads this. Same compatibility rules as ``wire.events``: fields
+are only added, with defaults. Imports msgspec only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+
+class GpuInfo(msgspec.Struct, frozen=True):
+    name: str
+    memory_bytes: int
+    usable: bool  # False: seen by nvidia-smi only (a CPU-only torch build)
+
+
+class HardwareInfo(msgspec.Struct, frozen=True):
+    summary: str  # one line for people
+    os: str
+    cpu_name: str
+    cpu_physical: int
+    cpu_logical: int
+    ram_total: int
+    ram_available: int
+    device: Literal["cpu", "cuda", "mps"]
+    gpus: list[GpuInfo] = []
+
+
+Fit = Literal["fits", "tight", "no"]
+
+
+class ModelInfo(msgspec.Struct, frozen=True):
+    name: str  # what `--model` takes
+    display_name: str
+    n_params: int
+    file_size_bytes: int
+    quantization: str
+    bundled: bool
+    downloaded: bool  # on disk already: no download needed
+    fit: Fit  # "tight": fits, but uses most of the budget
+    needed_bytes: int
+    budget_bytes: int
+    why: str = ""  # why not, when fit == "no"
+    round_s: float | None = None  # expected seconds per round here; None when not measured
+    recommended: bool = False
+    licence: str = ""  # terms the user accepts by choosing it, where not a plain open licence
+
+
+class SpeedInfo(msgspec.Struct, frozen=True):
+    gen_tokens_per_s: float
+    train_tokens_per_s: float
+    threads: int
+    how: str
+
+
+class ModelsReport(msgspec.Struct, frozen=True):
+    hardware: HardwareInfo
+    models: list[ModelInfo]
+    recommended: str
+    reason: str
+    speed: SpeedInfo | None = None
+
+
+class NodeIdentity(msgspec.Struct, frozen=True):
+    """``sapo-engine identity --json``: who this node is (made on first use)."""
+
+    node_id: str
+    node_name: str
+
+
+_decoder = msgspec.json.Decoder(ModelsReport)
+
+
+def decode_report(data: str | bytes) -> ModelsReport:
+    """Raises ``msgspec.DecodeError`` for anything else."""
+    return _decoder.decode(data)
+
+
+def encode_report(report: ModelsReport) -> bytes:
+    return msgspec.json.encode(report)
