@@ -80,17 +80,18 @@ def main() -> None:
             fn()
             timings[name].append(time.perf_counter() - t)
     sandbox.close()
+    ip, sb = (statistics.median(timings[k]) for k in ("in_process", "sandbox"))
+    print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"scoring a round's 8 groups x 4: in-process {ip * 1000:.1f} ms, sandbox {sb * 1000:.1f} ms "
+          f"(medians of {args.repeats})", flush=True)
+    print(f"sandbox startup (2 workers, once per node, overlaps model loading): {startup:.2f} s", flush=True)
 
     rounds = round_seconds(args.rounds, args.threads, cache)
     round_s = statistics.median(rounds)
-    ip, sb = (statistics.median(timings[k]) for k in ("in_process", "sandbox"))
-    print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}")
     print(f"round of the bundled model (8 groups x 4, 96 tokens, {args.threads} threads): median {round_s:.2f} s "
-          f"over {len(rounds)} rounds {[round(r, 2) for r in rounds]}")
-    print(f"scoring a round's 8 groups x 4: in-process {ip * 1000:.1f} ms, sandbox {sb * 1000:.1f} ms "
-          f"(medians of {args.repeats})")
+          f"over {len(rounds)} rounds {[round(r, 2) for r in rounds]}; load average {os.getloadavg()[0]:.1f}")
     print(f"sandbox cost per round: {(sb - ip) * 1000:.1f} ms = {100 * (sb - ip) / round_s:.2f} % of a round")
-    print(f"sandbox startup (2 workers, once per node, overlaps model loading): {startup:.2f} s")
 
 
 if __name__ == "__main__":
