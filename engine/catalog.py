@@ -246,7 +246,8 @@ _GEMMA_TERMS = "Gemma Terms of Use (ai.google.dev/gemma/terms), accepted by choo
 #   0.9 GB over the formula (not traced; the 670 MB fp32 embedding is the likely extra copy);
 # - training: LoRA r 16 on all linear layers, one micro-batch of 4 x 1024 tokens (64 prompt +
 #   960 completion), gradient checkpointing, 256-token log-prob chunks, one AdamW step, the
-#   allocator tuned: 2,591 MB (formula: 2,752 MB).
+#   allocator tuned: 2,591 MB (formula: 2,752 MB). Measured with the trainer as it was then
+#   (always checkpointing, one sequence per completion), before the shared-prefix trainer.
 # Rollout stays estimated (it depends on the file, and the entry's file is the Q8_0 one).
 _GEMMA_270M_MEASURED = Measured(
     train_cpu_bytes=2_591_191_040,
