@@ -75,8 +75,9 @@ class Control:
                     if was_finishing:
                         self._emit(ev.StateChanged(state="running"))
                 case ev.StopCommand():
-                    self.stop_requested = True
-                    self._emit(ev.StateChanged(state="stopping"))
+                    if not self.stop_requested:  # a second stop (end of input after the command) changes nothing
+                        self.stop_requested = True
+                        self._emit(ev.StateChanged(state="stopping"))
                 case ev.SetThreads(threads=n):
                     self.threads = n
                     self._emit(ev.Status(message=f"threads will be {n} from the next round"))

@@ -9,6 +9,7 @@ terminal shows a human line for each. People read docs/EVENTS.md.
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -22,6 +23,7 @@ class EventLog:
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
         self._files: list[TextIO] = []
 
     def add(self, listener: Listener) -> None:
@@ -39,8 +41,10 @@ class EventLog:
         self.add(write)
 
     def emit(self, event: ev.Event) -> ev.Event:
-        for listener in self._listeners:
-            listener(event)
+        # The loop and the command reader both emit: one event at a time, whole lines, in order.
+        with self._lock:
+            for listener in self._listeners:
+                listener(event)
         return event
 
     def status(self, message: str) -> None:

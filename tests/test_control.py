@@ -35,6 +35,9 @@ def test_commands_flip_the_switches_and_bad_lines_are_only_warnings():
     assert c.stop_requested
     c.wait_if_paused()  # returns at once: stopping wakes a paused node
     assert said[-1] == ev.StateChanged(state="stopping", time=said[-1].time)
+    n = len(said)
+    c.apply('{"cmd": "stop"}')  # end of input after a stop command: nothing new to say
+    assert len(said) == n
 
 
 def test_pause_point_blocks_and_says_so_from_the_loop_thread():
