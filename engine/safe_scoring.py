@@ -86,15 +86,22 @@ def arithmetic(text: str) -> Fraction:
 
     Division is exact (sympy makes ``6/4`` the rational 3/2); decimals are exact too.
     """
+    tree, _ = _parse_bounded(text, "not arithmetic")
+    return _value(tree.body)
+
+
+def _parse_bounded(text: str, what: str) -> tuple[ast.Expression, list[ast.AST]]:
+    """Python's parser on a capped answer, and its nodes, refused when too long or too large."""
     if len(text) > MAX_ANSWER_CHARS:
         raise Unsafe("answer too long")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise Unsafe(f"not arithmetic: {type(exc).__name__}") from None
-    if sum(1 for _ in ast.walk(tree)) > MAX_EXPR_NODES:
+        raise Unsafe(f"{what}: {type(exc).__name__}") from None
+    nodes = list(ast.walk(tree))
+    if len(nodes) > MAX_EXPR_NODES:
         raise Unsafe("expression too large")
-    return _value(tree.body)
+    return tree, nodes
 
 
 def _value(node: ast.AST) -> Fraction:
@@ -147,15 +154,7 @@ def check_sympy_text(text: str, names: set[str], functions: frozenset[str] = SYM
     Python's own parser decides the structure: the same tokens sympy's ``parse_expr`` reads,
     which then can only build an expression of those names and numbers.
     """
-    if len(text) > MAX_ANSWER_CHARS:
-        raise Unsafe("answer too long")
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise Unsafe(f"not an expression: {type(exc).__name__}") from None
-    nodes = list(ast.walk(tree))
-    if len(nodes) > MAX_EXPR_NODES:
-        raise Unsafe("expression too large")
+    tree, nodes = _parse_bounded(text, "not an expression")
     called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
         if not isinstance(node, _SYMPY_NODES):
