@@ -22,6 +22,7 @@ from typing import NoReturn
 
 import platformdirs
 
+from relay.backend import Unavailable
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
 from wire import identity as ident
@@ -103,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="connections admitted from one IP address (default: no cap)")
     ap.add_argument("--max-swarms", type=_positive(int), default=d.max_swarms)
     ap.add_argument("--compression", action="store_true", help="enable permessage-deflate (costs relay CPU)")
+    ap.add_argument("--redis", metavar="URL", default=os.environ.get("SAPO_RELAY_REDIS"),
+                    help="keep the pool and stats in Redis, redis://HOST:PORT/DB, shared by every relay replica "
+                         "given the same URL (default: $SAPO_RELAY_REDIS, else in this process and SQLite)")
+    ap.add_argument("--redis-prefix", default=d.redis_prefix,
+                    help="prefix of this relay's Redis keys (default: %(default)s)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
 
@@ -162,6 +168,8 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         max_peers_per_address=args.max_peers_per_address,
         max_swarms=args.max_swarms,
         compression=args.compression,
+        redis_url=args.redis or None,
+        redis_prefix=args.redis_prefix,
     )
 
 
@@ -207,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         asyncio.run(_run(config))
+    except Unavailable as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
     except sqlite3.Error as exc:
         print(f"{PROG}: cannot open the stats database in {config.data_dir}: {exc}", file=sys.stderr)
         return 1

@@ -128,7 +128,7 @@ class RedisBackend:
             await self.r.ping()
         except (RedisError, OSError) as exc:
             await self.r.aclose()
-            raise OSError(f"cannot reach Redis at {self.url}: {exc}") from None
+            raise Unavailable(f"cannot reach Redis at {self.url}: {exc}") from None
         self._healthy = True
         await self.housekeeping(time.time(), {})
 
