@@ -19,10 +19,21 @@ SWARM_CHOICES = (
 )
 
 
-def relay_problem(url: str) -> str | None:
-    """Why a relay URL is unusable, or None. The rule of ``engine.swarm.check_relay_url``, kept
-    here so the app stays off the engine's modules; the engine checks again when it starts."""
-    url = url.strip()
+def relay_problem(text: str) -> str | None:
+    """Why a relay URL (or a comma-separated list of replicas) is unusable, or None. The rule of
+    ``engine.swarm.check_relay_urls``, kept here so the app stays off the engine's modules; the
+    engine checks again when it starts."""
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        return "relay URL must look like ws://host:port or wss://host:port, got ''"
+    for url in urls:
+        problem = _url_problem(url)
+        if problem:
+            return problem
+    return None
+
+
+def _url_problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a bad port

@@ -92,9 +92,9 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
     node_id = loaded.identity.node_id
     if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
-        from engine.swarm import check_relay_url
+        from engine.swarm import check_relay_urls
 
-        check_relay_url(cfg.relay)
+        check_relay_urls(cfg.relay)
     # Task settings are checked before the model is fetched: a typo should not cost a download.
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 

@@ -5,6 +5,8 @@ Synchronous on purpose: the round loop is synchronous (torch, llama.cpp), and
 thread while the node trains. Every request has a timeout; any failure marks the client
 disconnected and the node carries on with local groups. Reconnects back off
 exponentially (1 s doubling to 60 s, with jitter) and are attempted at most once a round.
+Given several relay URLs (replicas of one swarm, comma-separated), each failure moves on to the
+next URL, so a node whose relay died is back on another one at its next retry.
 
 The node proves its identity at every connection (it signs the relay's challenge), signs each
 group it publishes and each report of the groups it trained, and stays within the limits the
@@ -50,10 +52,19 @@ def check_relay_url(url: str) -> str:
     return url
 
 
+def check_relay_urls(text: str) -> list[str]:
+    """One or more relay URLs, comma-separated (replicas sharing one swarm), each checked; in order, once each."""
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        raise SapoError(f"relay must be one or more URLs (ws://host:port, comma-separated), got {text!r}")
+    return list(dict.fromkeys(check_relay_url(u) for u in urls))
+
+
 class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
                  on_status: Callable[[str], None], timeout_s: float = 10.0) -> None:
-        self.url = check_relay_url(url)
+        self.urls = check_relay_urls(url)
+        self.url = self.urls[0]  # the one in use (or tried next)
         self.identity = identity
         self.node_id = identity.node_id
         self.swarm = swarm
@@ -111,7 +122,11 @@ class SwarmClient:
         delay = self._backoff * random.uniform(0.8, 1.2)
         self._next_try = time.monotonic() + delay
         self._backoff = min(self._backoff * 2, 60.0)
-        self.on_status(f"{why}; training on local groups, retrying in {delay:.0f}s")
+        then = ""
+        if len(self.urls) > 1:  # the next replica; the backoff still grows until one answers
+            self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
+            then = f" with {self.url}"
+        self.on_status(f"{why}; training on local groups, retrying{then} in {delay:.0f}s")
 
     def _drop(self, why: str) -> None:
         ws, self.ws = self.ws, None
