@@ -68,6 +68,11 @@ class Backend(Protocol):
     async def peers_online(self, swarm: str, local_peers: int) -> int:
         """Peers of a swarm on every replica (this one's own count is ``local_peers``)."""
 
+    # Read-only views (status page, /metrics): swarm-wide with Redis.
+    async def leaderboard(self, swarm: str, limit: int, now: float) -> list[p.LeaderboardRow]: ...
+    async def groups_per_minute(self, swarm: str, now: float) -> float: ...
+    async def pool_size(self, swarm: str) -> int: ...
+
 
 class EmbeddedBackend:
     """One relay process: the pure pool in memory, stats in SQLite (the default)."""
@@ -143,10 +148,21 @@ class EmbeddedBackend:
         me = self.stats.node(swarm, node_id) or self.stats.touch(swarm, node_id, now)
         return p.StatsReply(
             peers_online=local_peers,
-            groups_per_minute=float(self.stats.groups_per_minute(swarm, now)),
-            leaderboard=[row.to_row() for row in self.stats.leaderboard(swarm, p.LEADERBOARD_ROWS, now)],
+            groups_per_minute=await self.groups_per_minute(swarm, now),
+            leaderboard=await self.leaderboard(swarm, p.LEADERBOARD_ROWS, now),
             you=me.to_row(),
         )
 
     async def peers_online(self, swarm: str, local_peers: int) -> int:
         return local_peers
+
+    async def leaderboard(self, swarm: str, limit: int, now: float) -> list[p.LeaderboardRow]:
+        assert self.stats is not None
+        return [row.to_row() for row in self.stats.leaderboard(swarm, limit, now)]
+
+    async def groups_per_minute(self, swarm: str, now: float) -> float:
+        assert self.stats is not None
+        return float(self.stats.groups_per_minute(swarm, now))
+
+    async def pool_size(self, swarm: str) -> int:
+        return self.pool.size(swarm)

@@ -84,7 +84,7 @@ class RedisBackend:
         self._totals = (0, 0)
         self._seen: dict[tuple[str, str], float] = {}
         self._peers_cache: dict[str, tuple[float, int]] = {}
-        self._board_cache: dict[str, tuple[float, list[p.LeaderboardRow]]] = {}
+        self._board_cache: dict[tuple[str, int], tuple[float, list[p.LeaderboardRow]]] = {}
         self._was_down = False
 
     # --- state for /healthz and /metrics ---
@@ -168,9 +168,11 @@ class RedisBackend:
         self._healthy = True
 
     async def _flush_seen(self) -> None:
-        seen, self._seen = self._seen, {}
-        for (swarm, node_id), when in seen.items():
+        while self._seen:
+            (swarm, node_id), when = next(iter(self._seen.items()))
             await self._touch(keys=[self._s(swarm), self.prefix], args=[node_id, repr(when)])
+            if self._seen.get((swarm, node_id)) == when:  # not seen again meanwhile
+                del self._seen[(swarm, node_id)]
 
     # --- nodes and stats ---
 
@@ -200,30 +202,36 @@ class RedisBackend:
         return sum(int(c) for c in counts if c)
 
     async def stats_reply(self, swarm: str, node_id: str, now: float, local_peers: int) -> p.StatsReply:
-        s = self._s(swarm)
-        board = await self._leaderboard(swarm, now)
-        me = await self._call(self.r.hgetall(f"{s}:node:{node_id}"))
-        seconds = [f"{s}:gpm:{sec}" for sec in range(int(now) - 59, int(now) + 1)]
-        per_second = await self._call(self.r.mget(seconds))
+        board = await self.leaderboard(swarm, p.LEADERBOARD_ROWS, now)
+        me = await self._call(self.r.hgetall(f"{self._s(swarm)}:node:{node_id}"))
         return p.StatsReply(
             peers_online=await self.peers_online(swarm, local_peers),
-            groups_per_minute=float(sum(int(c) for c in per_second if c)),
+            groups_per_minute=await self.groups_per_minute(swarm, now),
             leaderboard=board,
             you=_row(node_id, me, now),
         )
 
-    async def _leaderboard(self, swarm: str, now: float) -> list[p.LeaderboardRow]:
-        cached = self._board_cache.get(swarm)
+    async def groups_per_minute(self, swarm: str, now: float) -> float:
+        s = self._s(swarm)
+        per_second = await self._call(self.r.mget([f"{s}:gpm:{sec}" for sec in range(int(now) - 59, int(now) + 1)]))
+        return float(sum(int(c) for c in per_second if c))
+
+    async def pool_size(self, swarm: str) -> int:
+        return int(await self._call(self.r.zcard(f"{self._s(swarm)}:arr")))
+
+    async def leaderboard(self, swarm: str, limit: int, now: float) -> list[p.LeaderboardRow]:
+        """Top nodes by groups adopted, then shared (ties: by node id); cached for a second per swarm."""
+        cached = self._board_cache.get((swarm, limit))
         if cached and now - cached[0] < LEADERBOARD_CACHE_S:
             return cached[1]
         s = self._s(swarm)
-        ids = [i.decode() for i in await self._call(self.r.zrevrange(f"{s}:board", 0, p.LEADERBOARD_ROWS - 1))]
+        ids = [i.decode() for i in await self._call(self.r.zrevrange(f"{s}:board", 0, limit - 1))]
         async with self.r.pipeline(transaction=False) as pipe:
             for node_id in ids:
                 pipe.hgetall(f"{s}:node:{node_id}")
             rows = await self._call(pipe.execute())
         board = [_row(node_id, h, now) for node_id, h in zip(ids, rows, strict=True) if h]
-        self._board_cache[swarm] = (now, board)
+        self._board_cache[(swarm, limit)] = (now, board)
         return board
 
     # --- the pool ---

@@ -227,3 +227,18 @@ def test_adoption_and_stats(make: Factory) -> None:
         assert reply.peers_online == 3
 
     run(scenario)
+
+
+def test_read_only_views_agree(make: Factory) -> None:
+    async def scenario() -> None:
+        b = await make()
+        await b.touch("s", A, 50.0)
+        await put(b, A, "1")
+        await put(b, A, "2")
+        assert await b.pool_size("s") == 2 and await b.pool_size("nowhere") == 0
+        assert await b.groups_per_minute("s", 110.0) == 2.0
+        assert await b.groups_per_minute("s", 200.0) == 0.0  # a minute later
+        (row,) = await b.leaderboard("s", 5, 110.0)
+        assert (row.node_id, row.groups_shared) == (A, 2)
+
+    run(scenario)
