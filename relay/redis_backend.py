@@ -41,6 +41,8 @@ log = logging.getLogger("relay.redis")
 
 HEARTBEAT_TTL_S = 5  # a replica not heard from for this long no longer counts its peers
 SAMPLE_PROBE_BUDGET = 512  # group lookups per sample request (each a few microseconds inside Redis)
+REDIS_CONNECTIONS = 64  # per replica; requests beyond it wait (up to REDIS_WAIT_S) for a free one
+REDIS_WAIT_S = 5.0
 SAMPLE_AUTHOR_DRAW = 128  # authors drawn per sample request (more than MAX_SAMPLE_N: some have nothing)
 _DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
@@ -72,9 +74,12 @@ class RedisBackend:
         self.use_redis_clock = use_redis_clock
         self._rng = rng or random.SystemRandom()
         # Short timeouts and one quick retry: a request must fail fast (and say so) when Redis is gone.
-        self.r = aioredis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0,
-                                   retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError],
-                                   health_check_interval=10)
+        # A bounded pool that waits for a free connection (a burst of requests queues here, briefly)
+        # rather than opening one per request or failing with "too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S, socket_timeout=2.0, socket_connect_timeout=2.0,
+            retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError], health_check_interval=10)
+        self.r = aioredis.Redis.from_pool(pool)
         self._take = self.r.register_script(lua.TAKE_TOKEN)
         self._add = self.r.register_script(lua.ADD)
         self._sample = self.r.register_script(lua.SAMPLE)
@@ -108,11 +113,14 @@ class RedisBackend:
         return "" if self.use_redis_clock else repr(now)
 
     async def _call(self, coro):  # type: ignore[no-untyped-def]
-        """Run one Redis call; Unavailable (and unhealthy) if Redis cannot be reached."""
+        """Run one Redis call; Unavailable if Redis cannot be reached (or no connection came free in time).
+
+        Health is the heartbeat's to say (once a second): a request that waited too long under load
+        is refused, but does not take the replica out of a load balancer's rotation.
+        """
         try:
             return await coro
         except _DOWN as exc:
-            self._mark_down(exc)
             raise Unavailable(str(exc)) from None
 
     def _mark_down(self, exc: BaseException) -> None:
