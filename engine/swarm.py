@@ -144,7 +144,12 @@ class SwarmClient:
         try:
             self.ws.send(encode(msg))
             frame = self.ws.recv(timeout=self.timeout_s)
-            return decode(frame)  # type: ignore[return-value]
+            reply = decode(frame)
+            if (isinstance(reply, Error) and reply.code == Code.UNAVAILABLE and len(self.urls) > 1
+                    and not isinstance(msg, (Hello, Auth))):  # (a refused hello is dropped by the caller)
+                # This replica lost its shared state (Redis); another may still have it.
+                self._drop(f"relay {self.url} is unavailable ({reply.reason[:80]})")
+            return reply  # type: ignore[return-value]
         except ProtocolError as exc:
             self._drop(f"relay sent a frame we refuse ({exc.code})")
         except (OSError, TimeoutError, WebSocketException) as exc:

@@ -210,18 +210,24 @@ class RedisBackend:
         return sum(int(c) for c in counts if c)
 
     async def stats_reply(self, swarm: str, node_id: str, now: float, local_peers: int) -> p.StatsReply:
-        board = await self.leaderboard(swarm, p.LEADERBOARD_ROWS, now)
-        me = await self._call(self.r.hgetall(f"{self._s(swarm)}:node:{node_id}"))
+        board = await self.leaderboard(swarm, p.LEADERBOARD_ROWS, now)  # cached: usually no round trip
+        async with self.r.pipeline(transaction=False) as pipe:  # the rest in one round trip
+            pipe.hgetall(f"{self._s(swarm)}:node:{node_id}")
+            pipe.mget(self._minute_keys(swarm, now))
+            me, per_second = await self._call(pipe.execute())
         return p.StatsReply(
             peers_online=await self.peers_online(swarm, local_peers),
-            groups_per_minute=await self.groups_per_minute(swarm, now),
+            groups_per_minute=float(sum(int(c) for c in per_second if c)),
             leaderboard=board,
             you=_row(node_id, me, now),
         )
 
-    async def groups_per_minute(self, swarm: str, now: float) -> float:
+    def _minute_keys(self, swarm: str, now: float) -> list[str]:
         s = self._s(swarm)
-        per_second = await self._call(self.r.mget([f"{s}:gpm:{sec}" for sec in range(int(now) - 59, int(now) + 1)]))
+        return [f"{s}:gpm:{sec}" for sec in range(int(now) - 59, int(now) + 1)]
+
+    async def groups_per_minute(self, swarm: str, now: float) -> float:
+        per_second = await self._call(self.r.mget(self._minute_keys(swarm, now)))
         return float(sum(int(c) for c in per_second if c))
 
     async def pool_size(self, swarm: str) -> int:

@@ -189,3 +189,22 @@ def test_a_node_keeps_training_when_its_replica_dies(tmp_path: Path, replicas: t
     messages = [e["message"] for e in all_events if e["type"] == "status"]
     assert any(m.startswith(f"reconnected to relay {rb.url}") for m in messages), messages
     assert sum(e["external_groups"] for e in rounds[1:]) > 0, "trained on nothing from the surviving replica"
+
+
+def test_a_replica_without_redis_sends_its_node_to_another(tmp_path: Path, redis_server: RedisServer) -> None:
+    lost = RedisServer(tmp_path / "other-redis").start()  # replica A's Redis, which will die
+    ra = RelayProcess(tmp_path / "relay-a", "--redis", lost.url).start()
+    rb = RelayProcess(tmp_path / "relay-b", "--redis", redis_server.url).start()
+    try:
+        log: list[str] = []
+        node = client(f"{ra.url},{rb.url}", A, log)
+        assert node.stats() is not None and node.url == ra.url
+        lost.kill()
+        assert node.publish(groups(A.node_id, 1)) is None and not node.connected
+        assert node.url == rb.url and any("is unavailable" in m for m in log)
+        node._next_try = 0
+        ack = node.publish(groups(A.node_id, 1))
+        assert ack is not None and ack.accepted == 1 and node.url == rb.url
+        node.close()
+    finally:
+        ra.stop(), rb.stop(), lost.stop()
