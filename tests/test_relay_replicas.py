@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from engine.swarm import SwarmClient
@@ -73,8 +74,9 @@ def replicas(tmp_path: Path, redis_server: RedisServer) -> Iterator[tuple[RelayP
 def test_groups_cross_replicas_and_stats_agree(replicas: tuple[RelayProcess, RelayProcess]) -> None:
     ra, rb = replicas
     a, b = client(ra.url, A), client(rb.url, B)
-    ack = a.publish(groups(A.node_id, 3))
-    assert ack is not None and ack.accepted == 3
+    flat = msgspec.structs.replace(groups(A.node_id, 1, start=9)[0], rewards=[1.0, 1.0])
+    ack = a.publish([*groups(A.node_id, 3), flat])
+    assert ack is not None and ack.accepted == 3 and [r.reason for r in ack.rejected] == ["zero_advantage"]
     got = b.sample(5, ["basic_arithmetic"])  # through the other replica
     assert len(got) == 3 and {g.node_id for g in got} == {A.node_id}
     assert all(b.screen(g) is None for g in got)
