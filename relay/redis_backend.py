@@ -77,7 +77,8 @@ class RedisBackend:
         # A bounded pool that waits for a free connection (a burst of requests queues here, briefly)
         # rather than opening one per request or failing with "too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S, socket_timeout=2.0, socket_connect_timeout=2.0,
+            url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S,
+            socket_timeout=2.0, socket_connect_timeout=2.0,
             retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError], health_check_interval=10)
         self.r = aioredis.Redis.from_pool(pool)
         self._take = self.r.register_script(lua.TAKE_TOKEN)

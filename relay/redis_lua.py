@@ -9,7 +9,8 @@ The same rules as ``relay.pool`` (read its docstring), on these keys, with ``S``
     S:task         hash   author "\\n" task key -> digest (one group per task per author)
     S:sent:DIGEST  set    receivers it was sent to;  S:adp:DIGEST  set  receivers that reported training it
     S:tb:AUTHOR    hash   publish token bucket (expires once full again)
-    S:node:ID      hash   stats: sh (shared) ad (adopted) rs/rc (reward sum/count) rn (rounds, JSON) f l (first/last seen)
+    S:node:ID      hash   stats: sh (shared) ad (adopted) rs/rc (reward sum/count) rn (rounds, JSON)
+                          f/l (first/last seen)
     S:board        zset   node -> adopted * 1e6 + shared (the leaderboard order)
     S:gpm:SECOND   string groups accepted in that second (expires after 2 minutes)
     PREFIX:groups, PREFIX:bytes   totals over all swarms;  PREFIX:swarmbytes  zset swarm -> bytes (byte budget)
@@ -107,7 +108,7 @@ local function add_round(node, r)
   elseif n < 64 then table.insert(iv, i, {r, r})
   else return end
   local parts = {}
-  for k, pair in ipairs(iv) do parts[k] = '[' .. string.format('%d', pair[1]) .. ',' .. string.format('%d', pair[2]) .. ']' end
+  for k, pair in ipairs(iv) do parts[k] = string.format('[%d,%d]', pair[1], pair[2]) end
   redis.call('HSET', node, 'rn', '[' .. table.concat(parts, ',') .. ']')
 end
 

@@ -242,3 +242,19 @@ def test_read_only_views_agree(make: Factory) -> None:
         assert (row.node_id, row.groups_shared) == (A, 2)
 
     run(scenario)
+
+
+def test_rounds_count_like_the_round_set(make: Factory) -> None:
+    from relay.stats import RoundSet
+
+    async def scenario() -> None:
+        b = await make()
+        await b.touch("s", B, 50.0)
+        rng, expected = random.Random(3), RoundSet()
+        for r in [rng.randrange(400) for _ in range(300)] + list(range(1000, 1200)) + [2**31 - 1]:
+            expected.add(r)
+            await b.report("s", B, r, [], 60.0)
+        reply = await b.stats_reply("s", B, 61.0, 1)
+        assert reply.you.rounds == len(expected) and len(expected.intervals) == RoundSet.MAX_INTERVALS
+
+    run(scenario)
