@@ -43,7 +43,8 @@ HEARTBEAT_TTL_S = 5  # a replica not heard from for this long no longer counts i
 SAMPLE_PROBE_BUDGET = 512  # group lookups per sample request (each a few microseconds inside Redis)
 REDIS_CONNECTIONS = 64  # per replica; requests beyond it wait (up to REDIS_WAIT_S) for a free one
 REDIS_WAIT_S = 5.0
-SAMPLE_AUTHOR_DRAW = 128  # authors drawn per sample request (more than MAX_SAMPLE_N: some have nothing)
+SAMPLE_AUTHOR_DRAW = 128
+EXPIRE_SWARMS_PER_S = 64  # swarms (drawn at random) whose old groups a replica's housekeeping expires each second  # authors drawn per sample request (more than MAX_SAMPLE_N: some have nothing)
 _DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -86,6 +87,7 @@ class RedisBackend:
         self._sample = self.r.register_script(lua.SAMPLE)
         self._report = self.r.register_script(lua.REPORT)
         self._touch = self.r.register_script(lua.TOUCH)
+        self._expire = self.r.register_script(lua.EXPIRE)
         self._healthy = False
         self._totals = (0, 0)
         self._seen: dict[tuple[str, str], float] = {}
@@ -169,12 +171,21 @@ class RedisBackend:
             groups, size = result[-1]
             self._totals = (int(groups or 0), int(size or 0))
             await self._flush_seen()
+            await self._expire_quiet_swarms(now)
         except _DOWN as exc:
             self._mark_down(exc)
             return
         if not self._healthy:
             log.warning("Redis reachable again at %s", self.url)
         self._healthy = True
+
+    async def _expire_quiet_swarms(self, now: float) -> None:
+        """Old groups of swarms nobody publishes to or samples from (those expire their own as they go)."""
+        swarms = await self.r.zrandmember(f"{self.prefix}:swarmbytes", EXPIRE_SWARMS_PER_S)
+        for swarm in swarms or []:
+            name = swarm.decode()
+            await self._expire(keys=[self._s(name), self.prefix],
+                               args=[name, repr(self.limits.max_age_s), self._now(now)])
 
     async def _flush_seen(self) -> None:
         while self._seen:

@@ -287,6 +287,12 @@ enforce(S, swarm, tonumber(ARGV[5]), tonumber(ARGV[6]))
 return credited
 """
 
+# KEYS: S, G.  ARGV: swarm, max_age, now.  Housekeeping: a quiet swarm's old groups go too.
+EXPIRE = _COMMON + r"""
+expire(S, ARGV[1], clock(ARGV[3]), tonumber(ARGV[2]))
+return redis.call('ZCARD', S .. ':arr')
+"""
+
 # KEYS: S, G.  ARGV: node id, now.  A node was admitted (or left): create or refresh its row.
 TOUCH = _COMMON + r"""
 local node = S .. ':node:' .. ARGV[1]

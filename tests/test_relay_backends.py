@@ -258,3 +258,18 @@ def test_rounds_count_like_the_round_set(make: Factory) -> None:
         assert reply.you.rounds == len(expected) and len(expected.intervals) == RoundSet.MAX_INTERVALS
 
     run(scenario)
+
+
+def test_housekeeping_expires_a_quiet_swarms_old_groups(make: Factory) -> None:
+    async def scenario() -> None:
+        b = await make(max_age_s=100)
+        await put(b, A, "1", now=10)
+        await put(b, A, "2", now=150)
+        await b.housekeeping(120.0, {})
+        assert await b.pool_size("s") == 1
+        await b.housekeeping(300.0, {})
+        assert await b.pool_size("s") == 0
+        await b.housekeeping(301.0, {})
+        assert (b.pool_groups, b.pool_bytes) == (0, 0)  # the totals /metrics shows
+
+    run(scenario)
