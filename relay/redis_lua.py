@@ -159,16 +159,16 @@ redis.call('INCR', G .. ':groups')
 redis.call('INCRBY', G .. ':bytes', size)
 redis.call('ZINCRBY', G .. ':swarmbytes', size, swarm)
 enforce(S, swarm, max_groups, max_bytes)
--- Stats: the author's row exists from its hello; a row gone (never admitted) is not created here.
+-- Stats. The row exists from the author's hello, unless Redis lost it since (a restart without
+-- persistence): the author is signed in on its connection, so the row is made again.
 local node = S .. ':node:' .. author
-if redis.call('EXISTS', node) == 1 then
-  redis.call('HINCRBY', node, 'sh', 1)
-  redis.call('HINCRBYFLOAT', node, 'rs', ARGV[12])
-  redis.call('HINCRBY', node, 'rc', 1)
-  redis.call('HSET', node, 'l', tostring(now))
-  add_round(node, tonumber(ARGV[13]))
-  board(node, author)
-end
+redis.call('HSETNX', node, 'f', tostring(now))
+redis.call('HINCRBY', node, 'sh', 1)
+redis.call('HINCRBYFLOAT', node, 'rs', ARGV[12])
+redis.call('HINCRBY', node, 'rc', 1)
+redis.call('HSET', node, 'l', tostring(now))
+add_round(node, tonumber(ARGV[13]))
+board(node, author)
 local sec = S .. ':gpm:' .. math.floor(now)
 redis.call('INCR', sec)
 redis.call('EXPIRE', sec, 120)
@@ -259,11 +259,11 @@ return out
 # Returns the number of groups credited to their authors.
 REPORT = _COMMON + r"""
 local swarm, receiver, now = ARGV[1], ARGV[2], clock(ARGV[4])
-local me = S .. ':node:' .. receiver
-if redis.call('EXISTS', me) == 1 then
-  add_round(me, tonumber(ARGV[3]))
-  redis.call('HSET', me, 'l', tostring(now))
-end
+local me = S .. ':node:' .. receiver  -- signed in: its row is made again if Redis lost it
+redis.call('HSETNX', me, 'f', tostring(now))
+add_round(me, tonumber(ARGV[3]))
+redis.call('HSET', me, 'l', tostring(now))
+board(me, receiver)
 local credited, seen = 0, {}
 for i = 7, #ARGV do
   local d = ARGV[i]

@@ -273,3 +273,23 @@ def test_housekeeping_expires_a_quiet_swarms_old_groups(make: Factory) -> None:
         assert (b.pool_groups, b.pool_bytes) == (0, 0)  # the totals /metrics shows
 
     run(scenario)
+
+
+def test_redis_losing_its_data_loses_no_later_stats(redis_server: Any) -> None:
+    """Redis restarted without persistence: nodes still signed in are counted again from their next message."""
+
+    async def scenario() -> None:
+        b = RedisBackend(redis_server.url, PoolLimits(), use_redis_clock=False)
+        await b.start()
+        await b.touch("s", A, 50.0)
+        await b.touch("s", B, 50.0)
+        await put(b, A, "1", round_=1)
+        await b.r.flushall()  # what a restart without persistence leaves
+        await put(b, A, "2", round_=2)
+        await b.report("s", B, 5, [], 101.0)
+        reply = await b.stats_reply("s", A, 102.0, 2)
+        assert (reply.you.groups_shared, reply.you.rounds) == (1, 1)
+        assert {row.node_id for row in reply.leaderboard} == {A, B}
+        await b.close()
+
+    run(scenario)
