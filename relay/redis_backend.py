@@ -40,6 +40,7 @@ from wire.identity import display_name
 log = logging.getLogger("relay.redis")
 
 HEARTBEAT_TTL_S = 5  # a replica not heard from for this long no longer counts its peers
+MAX_REPLICAS = 256  # replicas whose peer counts are read
 SAMPLE_PROBE_BUDGET = 512  # group lookups per sample request (each a few microseconds inside Redis)
 REDIS_CONNECTIONS = 64  # per replica; requests beyond it wait (up to REDIS_WAIT_S) for a free one
 REDIS_WAIT_S = 5.0
@@ -94,6 +95,7 @@ class RedisBackend:
         self._peers_cache: dict[str, tuple[float, int]] = {}
         self._board_cache: dict[tuple[str, int], tuple[float, list[p.LeaderboardRow]]] = {}
         self._was_down = False
+        self._last_error_log = -1e9
 
     # --- state for /healthz and /metrics ---
 
@@ -124,6 +126,13 @@ class RedisBackend:
         try:
             return await coro
         except _DOWN as exc:
+            raise Unavailable(str(exc)) from None
+        except RedisError as exc:
+            # Redis answered, but refused (out of memory under noeviction, read-only replica, ...):
+            # the request cannot be served now either, and the operator must hear of it.
+            if time.monotonic() - self._last_error_log > 10:
+                self._last_error_log = time.monotonic()
+                log.error("Redis refused a request: %s", exc)
             raise Unavailable(str(exc)) from None
 
     def _mark_down(self, exc: BaseException) -> None:
@@ -164,7 +173,9 @@ class RedisBackend:
                 if peers:
                     pipe.hset(key, mapping={swarm: count for swarm, count in peers.items()})
                 pipe.expire(key, HEARTBEAT_TTL_S)
-                pipe.zadd(f"{self.prefix}:replicas", {self.replica_id: now + HEARTBEAT_TTL_S})
+                # The list of replicas is only for finding their keys (which expire by themselves);
+                # a member silent for a minute is dropped, so clocks need not agree closely.
+                pipe.zadd(f"{self.prefix}:replicas", {self.replica_id: now + 60})
                 pipe.zremrangebyscore(f"{self.prefix}:replicas", "-inf", now)
                 pipe.mget(f"{self.prefix}:groups", f"{self.prefix}:bytes")
                 result = await pipe.execute()
@@ -211,7 +222,7 @@ class RedisBackend:
         return local_peers + cached[1]
 
     async def _other_peers(self, swarm: str) -> int:
-        rids = await self.r.zrangebyscore(f"{self.prefix}:replicas", time.time(), "+inf")
+        rids = await self.r.zrange(f"{self.prefix}:replicas", 0, MAX_REPLICAS - 1)
         rids = [r.decode() for r in rids if r.decode() != self.replica_id]
         if not rids:
             return 0

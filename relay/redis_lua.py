@@ -25,7 +25,9 @@ Hand-written: no Redis module does per-author fair sampling with these bounds.
 from __future__ import annotations
 
 # Shared helpers, prepended to each script. KEYS[1] = "PREFIX:s:SWARM", KEYS[2] = "PREFIX".
-_COMMON = r"""
+# The shebang makes Redis refuse a whole script when it is out of memory (maxmemory, noeviction)
+# instead of failing at its first write half-way through: a script either runs entirely or not at all.
+_COMMON = r"""#!lua
 local S, G = KEYS[1], KEYS[2]
 local ENTRY_OVERHEAD, RECEIVER_BYTES, EVICT_BUDGET = 256, 64, 256
 

@@ -293,3 +293,27 @@ def test_redis_losing_its_data_loses_no_later_stats(redis_server: Any) -> None:
         await b.close()
 
     run(scenario)
+
+
+def test_redis_out_of_memory_is_unavailable_not_a_crash(redis_server: Any) -> None:
+    from relay.backend import Unavailable
+
+    async def scenario() -> None:
+        b = RedisBackend(redis_server.url, PoolLimits(), use_redis_clock=False)
+        await b.start()
+        await b.touch("s", A, 50.0)
+        used = (await b.r.info("memory"))["used_memory"]
+        await b.r.config_set("maxmemory", used + (256 << 10))
+        await b.r.config_set("maxmemory-policy", "noeviction")
+        with pytest.raises(Unavailable, match="maxmemory"):
+            for i in range(200):
+                await put(b, A, str(i), payload=b"x" * 8000)
+        # Refused whole: every group pooled is complete (its hash, its author's list, the arrival index).
+        pooled = await b.size("s")
+        assert 0 < pooled == await b.size("s", A) == len(await b.r.keys("sapo:s:s:g:*"))
+        assert pooled == int(await b.r.get("sapo:groups")) == int(await b.r.zscore("sapo:s:s:cnt", A))
+        await b.r.config_set("maxmemory", 0)
+        assert await put(b, A, "after") is None  # served again once Redis has room
+        await b.close()
+
+    run(scenario)
