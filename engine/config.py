@@ -113,6 +113,9 @@ class NodeConfig:
     eval_per_task: int = setting(16, "held-out questions per task")
     # --- swarm ---
     relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone)")
+    relay_ca_file: str | None = setting(
+        None, "PEM file of the CA that signed a wss:// relay's certificate, for a relay with a private CA "
+              "(unset: the system's trusted CAs)")
     swarm: str = setting("public", "swarm name on the relay")
     token: str | None = setting(None, "shared token of a private swarm")
     offline: bool = setting(False, "train alone, no relay")
@@ -317,6 +320,8 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
+    need(cfg.relay_ca_file is None or not cfg.relay or cfg.relay.startswith("wss://"),
+         f"relay CA file is set, but relay {cfg.relay} is not wss:// (TLS): use a wss:// URL or drop the CA file")
     need(cfg.external_selection in ("uniform", "top", "useful"),
          f"external selection must be uniform, top or useful, got {cfg.external_selection!r}")
     need(cfg.external_negatives in ("onpolicy", "drop", "topr"),

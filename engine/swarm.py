@@ -19,6 +19,7 @@ instead of training alone forever.
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from collections import OrderedDict
 from typing import Callable
@@ -39,6 +40,16 @@ FATAL = (Code.UNAUTHORIZED, Code.VERSION)
 TRAINED_MEMORY = 20_000  # digests of groups already trained: a replayed group is skipped, not retrained
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Verifies a wss:// relay's certificate against ``ca_file`` (a private CA), else the system's CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except FileNotFoundError:
+        raise SapoError(f"relay CA file not found: {ca_file}") from None
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SapoError(f"relay CA file {ca_file} is not a PEM CA certificate ({first_line(exc, 80)})") from None
+
+
 def check_relay_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("ws", "wss") or not parts.hostname:
@@ -52,8 +63,12 @@ def check_relay_url(url: str) -> str:
 
 class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
-                 on_status: Callable[[str], None], timeout_s: float = 10.0) -> None:
+                 on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None) -> None:
         self.url = check_relay_url(url)
+        if ca_file is not None and not self.url.startswith("wss://"):
+            raise SapoError(f"a relay CA file is only used with a wss:// relay, not {self.url}")
+        # wss:// always verifies the relay's certificate and name: against ca_file, else the system's CAs.
+        self._tls = tls_context(ca_file) if self.url.startswith("wss://") else None
         self.identity = identity
         self.node_id = identity.node_id
         self.swarm = swarm
@@ -83,7 +98,16 @@ class SwarmClient:
             return False
         first, self._first_attempt = self._first_attempt, False
         try:
-            ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2)
+            ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2,
+                         ssl=self._tls)
+        except ssl.SSLCertVerificationError as exc:
+            # Retrying cannot make an untrusted certificate trusted: say so at once, as for a wrong token.
+            why = (f"relay {self.url} presented a certificate this node does not trust ({exc.verify_message}): "
+                   "if it uses a private CA, set relay_ca_file (--relay-ca-file) to that CA's certificate")
+            if first:
+                raise SapoError(why) from None
+            self._retry_later(why)
+            return False
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
             self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)})")
             return False
