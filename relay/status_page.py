@@ -53,7 +53,8 @@ function showSwarm(d) {
   fill($("board").tBodies[0], d.leaderboard.map((r, i) => {
     const name = el("span", r.name, "name");
     name.title = r.node_id;
-    return [i + 1, name, r.shared, r.adopted, r.rounds, r.online ? "online" : ago(r.last_seen_s)];
+    const seen = el("span", r.online ? "online" : ago(r.last_seen_s), r.online ? "ok" : "");
+    return [i + 1, name, r.shared, r.adopted, r.rounds, seen];
   }));
   $("empty").hidden = d.leaderboard.length > 0;
 }
@@ -114,8 +115,9 @@ th { color: var(--muted); font-weight: 600; font-size: .85rem; }
 ul { margin: 0; padding-left: 1.2rem; overflow-wrap: anywhere; }
 a { color: var(--accent); }
 .ok { color: var(--ok); } .bad { color: var(--bad); }
-@media (max-width: 30rem) { main { padding: .6rem; } th, td { padding: .3rem .25rem; font-size: .9rem; }
-  .tile b { font-size: 1.4rem; } .wide { display: none; } }
+@media (max-width: 30rem) { main { padding: .5rem; } section, .tile { padding: .6rem; }
+  .tiles { grid-template-columns: repeat(3, 1fr); gap: .4rem; } .tile b { font-size: 1.3rem; } .tile span { font-size: .75rem; }
+  th, td { padding: .3rem .2rem; font-size: .85rem; } .name { font-size: .8rem; } #board th:nth-child(6), #board td:nth-child(6) { display: none; } }
 """
 
 HTML = """<!doctype html>
@@ -143,7 +145,7 @@ HTML = """<!doctype html>
 <section class="swarm-only">
   <h2>Leaderboard</h2>
   <table id="board">
-    <thead><tr><th>#</th><th>node</th><th>shared</th><th>adopted</th><th>rounds</th><th class="wide">seen</th></tr></thead>
+    <thead><tr><th>#</th><th>node</th><th>shared</th><th>adopted</th><th>rounds</th><th>seen</th></tr></thead>
     <tbody></tbody>
   </table>
 </section>
