@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         from engine.swarm import check_relay_url, tls_context
 
         check_relay_url(cfg.relay)
-        if cfg.relay.startswith("wss://"):
+        if "wss://" in cfg.relay:
             tls_context(cfg.relay_ca_file)  # a missing or bad CA file: a one-line error now, not at the first round
     # Task settings are checked before the model is fetched: a typo should not cost a download.
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto

@@ -65,10 +65,11 @@ class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
                  on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None) -> None:
         self.url = check_relay_url(url)
-        if ca_file is not None and not self.url.startswith("wss://"):
-            raise SapoError(f"a relay CA file is only used with a wss:// relay, not {self.url}")
+        tls = any(u.strip().startswith("wss://") for u in url.split(","))
+        if ca_file is not None and not tls:
+            raise SapoError(f"a relay CA file is only used with a wss:// relay, not {url}")
         # wss:// always verifies the relay's certificate and name: against ca_file, else the system's CAs.
-        self._tls = tls_context(ca_file) if self.url.startswith("wss://") else None
+        self._tls = tls_context(ca_file) if tls else None
         self.identity = identity
         self.node_id = identity.node_id
         self.swarm = swarm
@@ -99,7 +100,7 @@ class SwarmClient:
         first, self._first_attempt = self._first_attempt, False
         try:
             ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2,
-                         ssl=self._tls)
+                         ssl=self._tls if self.url.startswith("wss://") else None)
         except ssl.SSLCertVerificationError as exc:
             # Retrying cannot make an untrusted certificate trusted: say so at once, as for a wrong token.
             why = (f"relay {self.url} presented a certificate this node does not trust ({exc.verify_message}): "

@@ -21,7 +21,7 @@ import logging
 import secrets
 import statistics
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,7 +250,7 @@ class Relay:
 
     # --- plain HTTP -----------------------------------------------------------------
 
-    def _http(self, conn: ServerConnection, request: Request) -> Response | None:
+    def _http(self, conn: ServerConnection, request: Request) -> Response | None | Awaitable[Response | None]:
         path = request.path.partition("?")[0]
         if path == "/healthz":
             body = {
@@ -264,9 +264,9 @@ class Relay:
             return _response(conn, generate_latest(self.metrics.registry).decode(), CONTENT_TYPE_LATEST)
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return None  # a node connecting (at any path, "/" included)
-        return self._status_http(conn, path)
+        return self._status_http(conn, path)  # a coroutine: websockets awaits it
 
-    def _status_http(self, conn: ServerConnection, path: str) -> Response | None:
+    async def _status_http(self, conn: ServerConnection, path: str) -> Response | None:
         """The status page and its JSON (relay/status.py); a 404 for anything else that is not a websocket."""
         if self.config.status_page:
             if path == "/" or (path.startswith("/swarm/") and SWARM_NAME.match(path[7:])):
@@ -276,9 +276,9 @@ class Relay:
                 response.headers["Referrer-Policy"] = "no-referrer"
                 return response
             if path == "/api/swarms":
-                return _response(conn, json.dumps(relay_status(self)), "application/json")
+                return _response(conn, json.dumps(await relay_status(self)), "application/json")
             if path.startswith("/api/swarm/") and SWARM_NAME.match(path[11:]):
-                return _response(conn, json.dumps(swarm_status(self, path[11:])), "application/json")
+                return _response(conn, json.dumps(await swarm_status(self, path[11:])), "application/json")
         if path == "/" or path.startswith(("/swarm/", "/api/")):
             response = conn.respond(404, "not found\n")
             response.headers["Cache-Control"] = "no-store"

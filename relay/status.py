@@ -3,7 +3,8 @@
 ``swarm_status`` (one swarm) and ``relay_status`` (the swarms this relay serves) read only the
 relay's accessors (its peers, ``Pool.size``, ``StatsStore.groups_per_minute`` / ``leaderboard``),
 so a relay whose pool and stats live elsewhere (Redis) changes what those accessors read, not
-this module.
+this module. Both are coroutines for that reason: a shared store is read with awaits (the
+in-memory accessors answer at once).
 
 Everything here is public: anyone who can reach the relay's port can read it (see
 docs/DEPLOY.md). It holds no token, no key, no address; node ids are already public (every
@@ -30,7 +31,7 @@ MAX_MODELS_LISTED = 10
 MODEL_CHARS = 48  # a model name is chosen by its peer: shown short, and only as text
 
 
-def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> dict[str, Any]:
+async def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> dict[str, Any]:
     """Peers online, groups per minute, pool size, models online and the leaderboard of one swarm."""
     now = time.time() if now is None else now
     stats = relay.stats
@@ -61,7 +62,7 @@ def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> dict[str
     }
 
 
-def relay_status(relay: Relay, now: float | None = None) -> dict[str, Any]:
+async def relay_status(relay: Relay, now: float | None = None) -> dict[str, Any]:
     """The swarms with peers online on this relay, busiest first (at most MAX_SWARMS_LISTED)."""
     now = time.time() if now is None else now
     stats = relay.stats

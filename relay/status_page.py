@@ -116,7 +116,8 @@ ul { margin: 0; padding-left: 1.2rem; overflow-wrap: anywhere; }
 a { color: var(--accent); }
 .ok { color: var(--ok); } .bad { color: var(--bad); }
 @media (max-width: 30rem) { main { padding: .5rem; } section, .tile { padding: .6rem; }
-  .tiles { grid-template-columns: repeat(3, 1fr); gap: .4rem; } .tile b { font-size: 1.3rem; } .tile span { font-size: .75rem; }
+  .tiles { grid-template-columns: repeat(3, 1fr); gap: .4rem; }
+  .tile b { font-size: 1.3rem; } .tile span { font-size: .75rem; }
   th, td { padding: .3rem .2rem; font-size: .85rem; } .name { font-size: .8rem; } #board th:nth-child(6), #board td:nth-child(6) { display: none; } }
 """
 
