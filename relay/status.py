@@ -35,21 +35,10 @@ async def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> di
     """Peers online, groups per minute, pool size, models online and the leaderboard of one swarm."""
     now = time.time() if now is None else now
     stats = relay.stats
-    sessions = relay.peers.get(swarm, {})
-    board = []
-    if stats is not None and (sessions or stats.has_swarm(swarm)):
-        board = [
-            {
-                "name": display_name(row.node_id),
-                "node_id": row.node_id,
-                "shared": row.groups_shared,
-                "adopted": row.groups_adopted,
-                "rounds": len(row.rounds),
-                "online": row.node_id in sessions,
-                "last_seen_s": max(0, round(now - row.last_seen)),
-            }
-            for row in stats.leaderboard(swarm, LEADERBOARD_ROWS, now)
-        ]
+    sessions = relay.peers.get(swarm, {})  # this relay's own connections
+    # Only a swarm seen since start has stats in memory: a URL naming another must not load or create any.
+    known = stats is not None and (bool(sessions) or stats.has_swarm(swarm))
+    rows = [s.to_row() for s in stats.leaderboard(swarm, LEADERBOARD_ROWS, now)] if stats is not None and known else []
     models = Counter(s.model[:MODEL_CHARS] for s in sessions.values())
     return {
         "swarm": swarm,
@@ -57,7 +46,18 @@ async def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> di
         "groups_per_minute": stats.groups_per_minute(swarm, now) if stats is not None else 0,
         "pool_groups": relay.pool.size(swarm),
         "models": [{"model": m, "peers": n} for m, n in models.most_common(MAX_MODELS_LISTED)],
-        "leaderboard": board,
+        "leaderboard": [
+            {
+                "name": display_name(row.node_id),
+                "node_id": row.node_id,
+                "shared": row.groups_shared,
+                "adopted": row.groups_adopted,
+                "rounds": row.rounds,
+                "online": row.node_id in sessions,  # on this relay; else "last seen"
+                "last_seen_s": max(0, round(now - row.last_seen)),
+            }
+            for row in rows
+        ],
         "time": round(now, 3),
     }
 
