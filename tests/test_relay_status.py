@@ -71,6 +71,7 @@ def test_json_numbers_match_metrics(relay) -> None:
             for n in nodes + other:
                 await n.close()
         assert status["swarm"] == "demo" and status["peers_online"] == 4
+        assert m["process_resident_memory_bytes"] > 0 and m["process_open_fds"] >= 6  # per-replica process figures
         assert overview["peers_online"] == m["sapo_relay_peers"] == 6
         assert overview["swarms_online"] == m["sapo_relay_swarms"] == 2
         assert [s["swarm"] for s in overview["swarms"]] == ["demo", "other"]  # busiest first
