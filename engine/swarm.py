@@ -25,7 +25,7 @@ from collections import OrderedDict
 from typing import Callable
 from urllib.parse import urlsplit
 
-from websockets.exceptions import InvalidURI, WebSocketException
+from websockets.exceptions import InvalidMessage, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
@@ -110,7 +110,9 @@ class SwarmClient:
             self._retry_later(why)
             return False
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
-            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)})")
+            # A TLS port answers a plain HTTP request with TLS bytes: say what is likely wrong.
+            hint = " (a TLS relay? use wss://)" if isinstance(exc, InvalidMessage) and self.url.startswith("ws://") else ""
+            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}")
             return False
         self.ws = ws
         reply = self._request(self.hello)

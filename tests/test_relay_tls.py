@@ -86,7 +86,7 @@ def test_plain_ws_to_the_tls_port_fails_cleanly(relay: RelayProcess, pki: PKI) -
     log: list[str] = []
     plain = _client(f"ws://127.0.0.1:{relay.port}", A, None, log)
     assert plain.ensure_connected() is False and not plain.connected  # no exception, no hang: training goes on
-    assert log and "unreachable" in log[-1] and "retrying" in log[-1]
+    assert log and "unreachable" in log[-1] and "retrying" in log[-1] and "use wss://" in log[-1]
     with pytest.raises(OSError):  # plain http, likewise
         urllib.request.urlopen(f"http://127.0.0.1:{relay.port}/healthz", timeout=5)
     # The relay shrugged it off: a proper client still gets in.
