@@ -320,9 +320,6 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
-    tls_relay = bool(cfg.relay) and any(u.strip().startswith("wss://") for u in (cfg.relay or "").split(","))
-    need(cfg.relay_ca_file is None or not cfg.relay or tls_relay,
-         f"relay CA file is set, but relay {cfg.relay} is not wss:// (TLS): use a wss:// URL or drop the CA file")
     need(cfg.external_selection in ("uniform", "top", "useful"),
          f"external selection must be uniform, top or useful, got {cfg.external_selection!r}")
     need(cfg.external_negatives in ("onpolicy", "drop", "topr"),

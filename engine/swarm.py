@@ -67,7 +67,8 @@ class SwarmClient:
         self.url = check_relay_url(url)
         tls = any(u.strip().startswith("wss://") for u in url.split(","))
         if ca_file is not None and not tls:
-            raise SapoError(f"a relay CA file is only used with a wss:// relay, not {url}")
+            # Harmless (the app's "local swarm" is ws://127.0.0.1 while node.toml may keep a CA file), but said.
+            on_status(f"relay CA file {ca_file} not used: relay {url} is ws:// (no TLS)")
         # wss:// always verifies the relay's certificate and name: against ca_file, else the system's CAs.
         self._tls = tls_context(ca_file) if tls else None
         self.identity = identity

@@ -101,15 +101,16 @@ def test_the_ca_setting(pki: PKI, tmp_path: Path) -> None:
     from engine.config import load_toml
 
     assert build_config(load_toml(toml), {}).relay_ca_file == str(pki.ca)
-    with pytest.raises(SapoError, match="not wss://"):
-        build_config({"relay": "ws://relay.example:80", "relay_ca_file": str(pki.ca)}, {})
+    # A CA file beside a ws:// relay (the app's local swarm, say) is not an error: unused, and said so.
+    assert build_config({"relay": "ws://127.0.0.1:8765", "relay_ca_file": str(pki.ca)}, {}).relay_ca_file
     with pytest.raises(SapoError, match="CA file not found"):
         _client("wss://127.0.0.1:1", A, tmp_path / "missing.pem")
     (tmp_path / "junk.pem").write_text("not a certificate\n")
     with pytest.raises(SapoError, match="not a PEM CA certificate"):
         _client("wss://127.0.0.1:1", A, tmp_path / "junk.pem")
-    with pytest.raises(SapoError, match="only used with a wss:// relay"):
-        _client("ws://127.0.0.1:1", A, pki.ca)
+    log: list[str] = []
+    assert _client("ws://127.0.0.1:1", A, pki.ca, log)._tls is None
+    assert log == [f"relay CA file {pki.ca} not used: relay ws://127.0.0.1:1 is ws:// (no TLS)"]
 
 
 def test_engine_flag_for_the_ca_file(pki: PKI) -> None:
