@@ -33,9 +33,10 @@ def metrics(base: str) -> dict[str, float]:
     return values
 
 
-async def populate(url: str, swarm: str, sizes: list[int], models: list[str] | None = None) -> list[SimNode]:
+async def populate(url: str, swarm: str, sizes: list[int], models: list[str] | None = None,
+                   seed: int = 7) -> list[SimNode]:
     """Nodes that publish ``sizes[i]`` groups each; the first samples everyone's and reports them trained."""
-    rng = random.Random(7)
+    rng = random.Random(seed)
     nodes = [SimNode(url, swarm=swarm, model=(models or ["SmolLM2-135M-Instruct"])[i % len(models or [1])])
              for i in range(len(sizes))]
     for node in nodes:
@@ -48,7 +49,7 @@ async def populate(url: str, swarm: str, sizes: list[int], models: list[str] | N
     assert isinstance(got, p.Groups)
     trained = [s.group for s in got.groups]
     ack = await nodes[0].request(nodes[0].report_message(1, *trained))
-    assert isinstance(ack, p.Ack) and ack.accepted == len(trained) == sum(sizes[1:])
+    assert isinstance(ack, p.Ack) and ack.accepted == len(trained)
     return nodes
 
 
