@@ -112,7 +112,8 @@ class SwarmClient:
             return False
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
             # A TLS port answers a plain HTTP request with TLS bytes: say what is likely wrong.
-            hint = " (a TLS relay? use wss://)" if isinstance(exc, InvalidMessage) and self.url.startswith("ws://") else ""
+            tls_port = isinstance(exc, InvalidMessage) and self.url.startswith("ws://")
+            hint = " (a TLS relay? use wss://)" if tls_port else ""
             self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}")
             return False
         self.ws = ws

@@ -17,7 +17,7 @@ POLL_S = 5
 SCRIPT = """
 "use strict";
 const $ = (id) => document.getElementById(id);
-const match = location.pathname.match(/^\\/swarm\\/([^/]+)\\/?$/);
+const match = location.pathname.match(/^\\/swarm\\/([^/]+)$/);
 const swarm = match ? decodeURIComponent(match[1]) : null;
 const api = swarm === null ? "/api/swarms" : "/api/swarm/" + encodeURIComponent(swarm);
 const every = Math.max(1, Number(new URLSearchParams(location.search).get("every")) || %(poll)d) * 1000;
