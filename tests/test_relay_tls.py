@@ -113,9 +113,15 @@ def test_the_ca_setting(pki: PKI, tmp_path: Path) -> None:
     assert log == [f"relay CA file {pki.ca} not used: relay ws://127.0.0.1:1 is ws:// (no TLS)"]
 
 
-def test_engine_flag_for_the_ca_file(pki: PKI) -> None:
+def test_engine_flag_for_the_ca_file(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "engine", "run", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--relay-ca-file" in done.stdout
+    # A missing CA file stops `sapo-engine run` at once, before any model is loaded, with one line.
+    done = subprocess.run([sys.executable, "-m", "engine", "run", "--data-dir", str(tmp_path / "node"),
+                           "--relay", "wss://127.0.0.1:9", "--relay-ca-file", str(tmp_path / "missing.pem")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"sapo-engine: error: relay CA file not found: {tmp_path / 'missing.pem'}"]
 
 
 def _relay_cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
