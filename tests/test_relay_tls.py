@@ -167,3 +167,20 @@ def test_openssl_sees_the_served_certificate(relay: RelayProcess, pki: PKI) -> N
                            "-verify_return_error", "-brief"], input="", capture_output=True, text=True, timeout=20)
     assert done.returncode == 0, done.stderr
     assert "Verification: OK" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_real_engine_trains_over_wss(relay: RelayProcess, pki: PKI, tmp_path: Path, model_cache: Path) -> None:
+    """`sapo-engine run --relay wss://... --relay-ca-file CA`: the runner hands the CA to its client; rounds connected."""
+    import os
+
+    events = tmp_path / "events.jsonl"
+    small = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "24",
+             "--eval-every", "0", "--threads", "1", "--quiet", "--local", "2", "--external", "2", "--rounds", "2"]
+    done = subprocess.run([sys.executable, "-m", "engine", "run", *small, "--swarm", "tls-e2e", "--relay", relay.url,
+                           "--relay-ca-file", str(pki.ca), "--data-dir", str(tmp_path / "node"), "--events", str(events)],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "SAPO_CACHE_DIR": str(model_cache)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rounds = [e for e in map(json.loads, events.read_text().splitlines()) if e["type"] == "round"]
+    assert [e["round"] for e in rounds] == [1, 2] and all(e["relay_connected"] for e in rounds)
+    assert rounds[-1]["shared_total"] > 0  # its groups reached the relay over TLS
