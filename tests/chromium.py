@@ -114,3 +114,83 @@ class Dom(HTMLParser):
                 self.text[ident] += data
         if self._cell is not None:
             self._cell.append(data)
+
+
+class LivePage:
+    """A page kept open in headless chromium, read while it runs (DevTools protocol over its websocket).
+
+    ``--dump-dom`` shows one moment; this shows the page redrawing itself as the relay's numbers change.
+    """
+
+    def __init__(self, browser: str, url: str, width: int = 1100, height: int = 900) -> None:
+        import json
+        import re
+        import time
+        import urllib.request
+
+        from websockets.sync.client import connect
+
+        self._profile = tempfile.TemporaryDirectory(prefix="sapo-chromium-")
+        self.proc = subprocess.Popen(
+            [browser, "--headless", "--disable-gpu", "--no-first-run", "--no-sandbox",
+             f"--user-data-dir={self._profile.name}", f"--window-size={width},{height}",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + 60
+        port = None
+        while port is None and time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line and self.proc.poll() is not None:
+                raise RuntimeError(f"chromium exited with {self.proc.returncode}")
+            found = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
+            port = int(found.group(1)) if found else None
+        if port is None:
+            raise RuntimeError("chromium did not open its DevTools port")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
+            target = next(t for t in json.load(resp) if t["type"] == "page")
+        self.ws = connect(target["webSocketDebuggerUrl"], max_size=None)
+        self._id = 0
+        self._json = json
+        self.call("Page.navigate", url=url)
+
+    def call(self, method: str, **params: object) -> dict:
+        self._id += 1
+        self.ws.send(self._json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            reply = self._json.loads(self.ws.recv(timeout=30))
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def text(self, element_id: str) -> str | None:
+        """The text of an element now (None if there is none)."""
+        expr = f"(e => e ? e.textContent : null)(document.getElementById({self._json.dumps(element_id)}))"
+        return self.call("Runtime.evaluate", expression=expr, returnByValue=True)["result"].get("value")
+
+    def wait_text(self, element_id: str, want: str, seconds: float = 20) -> None:
+        import time
+
+        deadline = time.monotonic() + seconds
+        while (got := self.text(element_id)) != want:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"#{element_id} shows {got!r}, not {want!r}, after {seconds} s")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self._profile.cleanup()
+
+    def __enter__(self) -> LivePage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -205,3 +205,31 @@ def test_screenshots_desktop_and_phone(relay, tmp_path: Path) -> None:
                 await n.close()
 
     asyncio.run(run())
+
+
+def test_page_updates_itself_as_the_swarm_changes(relay) -> None:
+    """The page polls: new groups and a node leaving show up without a reload (chromium, DevTools)."""
+    browser = chromium.require()
+
+    async def run() -> None:
+        nodes = await populate(relay.url, "demo", [2, 3, 1, 0])
+        try:
+            with chromium.LivePage(browser, relay.http + "/swarm/demo?every=1") as page:
+                await asyncio.to_thread(page.wait_text, "gpm", "6")
+                assert page.text("peers") == "4"
+                late = nodes[3]
+                rng = random.Random(99)
+                ack = await late.request(late.publish_message(*[synthetic_group(rng) for _ in range(2)]))
+                assert isinstance(ack, p.Ack) and ack.accepted == 2
+                await asyncio.to_thread(page.wait_text, "gpm", "8")
+                await asyncio.to_thread(page.wait_text, "pool", "8")
+                await nodes[0].close()
+                await asyncio.to_thread(page.wait_text, "peers", "3")
+                m = await asyncio.to_thread(metrics, relay.http)
+                assert page.text("peers") == str(int(m["sapo_relay_peers"]))
+                assert page.text("gpm") == str(int(m["sapo_relay_groups_accepted_total"]))
+        finally:
+            for n in nodes:
+                await n.close()
+
+    asyncio.run(run())
