@@ -157,7 +157,7 @@ HTML = """<!doctype html>
     <tbody></tbody>
   </table>
 </section>
-<p class="sub" id="empty" hidden>Nothing here yet: no node has shared a group.</p>
+<p class="sub" id="empty" hidden>No nodes here yet.</p>
 <section class="swarm-only" id="models-box" hidden>
   <h2>Models online</h2>
   <ul id="models"></ul>
