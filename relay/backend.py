@@ -72,6 +72,8 @@ class Backend(Protocol):
     async def leaderboard(self, swarm: str, limit: int, now: float) -> list[p.LeaderboardRow]: ...
     async def groups_per_minute(self, swarm: str, now: float) -> float: ...
     async def pool_size(self, swarm: str) -> int: ...
+    async def has_swarm(self, swarm: str) -> bool:
+        """Whether the swarm has any state (never creates or loads any: a status URL can name anything)."""
 
 
 class EmbeddedBackend:
@@ -166,3 +168,6 @@ class EmbeddedBackend:
 
     async def pool_size(self, swarm: str) -> int:
         return self.pool.size(swarm)
+
+    async def has_swarm(self, swarm: str) -> bool:
+        return self.stats is not None and self.stats.has_swarm(swarm)

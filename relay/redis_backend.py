@@ -93,6 +93,7 @@ class RedisBackend:
         self._totals = (0, 0)
         self._seen: dict[tuple[str, str], float] = {}
         self._peers_cache: dict[str, tuple[float, int]] = {}
+        self._gpm_cache: dict[str, tuple[float, float]] = {}
         self._board_cache: dict[tuple[str, int], tuple[float, list[p.LeaderboardRow]]] = {}
         self._was_down = False
         self._last_error_log = -1e9
@@ -250,8 +251,18 @@ class RedisBackend:
         return [f"{s}:gpm:{sec}" for sec in range(int(now) - 59, int(now) + 1)]
 
     async def groups_per_minute(self, swarm: str, now: float) -> float:
+        cached = self._gpm_cache.get(swarm)
+        if cached and 0 <= now - cached[0] < 1.0:  # the status page lists up to 100 swarms per request
+            return cached[1]
         per_second = await self._call(self.r.mget(self._minute_keys(swarm, now)))
-        return float(sum(int(c) for c in per_second if c))
+        value = float(sum(int(c) for c in per_second if c))
+        if len(self._gpm_cache) > 4096:
+            self._gpm_cache.clear()
+        self._gpm_cache[swarm] = (now, value)
+        return value
+
+    async def has_swarm(self, swarm: str) -> bool:
+        return bool(await self._call(self.r.exists(f"{self._s(swarm)}:board")))
 
     async def pool_size(self, swarm: str) -> int:
         return int(await self._call(self.r.zcard(f"{self._s(swarm)}:arr")))
