@@ -24,7 +24,7 @@ import pytest
 
 from engine.swarm import SwarmClient
 from engine.tasks import QuestionStream, build_mix
-from relay.loadgen import SimNode
+from relay.loadgen import SimNode, http_get
 from wire import protocol as p
 from wire.identity import Identity
 from wire.protocol import Group, group_digest
@@ -97,6 +97,13 @@ def test_groups_cross_replicas_and_stats_agree(replicas: tuple[RelayProcess, Rel
         status, body = health(r)
         assert status == 200 and body["state"] == "redis"
     eventually(lambda: all(health(r)[1]["pool_groups"] == 3 for r in replicas))
+    # The status page of either replica shows the whole swarm.
+    pages = [json.loads(http_get(f"http://127.0.0.1:{r.port}/api/swarm/rep")) for r in replicas]
+    for page in pages:
+        assert (page["peers_online"], page["pool_groups"], page["groups_per_minute"]) == (2, 3, 3)
+        assert {row["node_id"]: (row["shared"], row["adopted"]) for row in page["leaderboard"]} == {
+            A.node_id: (3, 2), B.node_id: (0, 0)}
+    assert [row["online"] for row in pages[0]["leaderboard"]] == [True, False]  # "online": on this replica
     a.close(), b.close()
 
 
@@ -140,6 +147,11 @@ def test_redis_restarted_unhealthy_then_healthy_nothing_acknowledged_lost(tmp_pa
         asyncio.run(during_outage())
         assert author.publish(groups(A.node_id, 1, start=3)) is None  # answered "unavailable"; still connected
         assert author.connected and relay.proc is not None and relay.proc.poll() is None
+        try:
+            http_get(f"http://127.0.0.1:{relay.port}/api/swarm/rep")
+            raise AssertionError("the status JSON answered without Redis")
+        except urllib.error.HTTPError as err:
+            assert err.code == 503
 
         redis.start()  # same port, same directory: the AOF is replayed
         eventually(lambda: health(relay)[0] == 200)
