@@ -166,6 +166,8 @@ class Dashboard(QWidget):
         self.progress_chart = ProgressChart()
         self.time_chart = TimeChart()
         self.groups_chart = GroupsChart()
+        for chart in (self.progress_chart, self.time_chart, self.groups_chart):
+            chart.widget.setAccessibleDescription(chart.widget.toolTip())  # a screen reader reads what a tooltip shows
         box = QWidget()
         grid = QGridLayout(box)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -180,7 +182,9 @@ class Dashboard(QWidget):
         self.tabs = QTabWidget()
         self.feed = _table(["from", "question", "answer", "reward"])
         self.feed.setToolTip("Recent answers, this computer's own and those received from the swarm.")
+        self.feed.setAccessibleName("recent answers")
         self.leaderboard = _table(["place", "volunteer", "shared", "used by others", "rounds"])
+        self.leaderboard.setAccessibleName("leaderboard of the swarm")
         self.refused = QLabel("")
         self.refused.setWordWrap(True)
         swarm = QWidget()
@@ -191,6 +195,7 @@ class Dashboard(QWidget):
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(LOG_SIZE)
         self.log.setAccessibleName("log")
+        self.log.setTabChangesFocus(True)  # read-only: Tab moves on rather than being swallowed
         self.tabs.addTab(self.feed, "Recent answers")
         self.tabs.addTab(swarm, "Swarm")
         self.tabs.addTab(self.log, "Log")
@@ -311,6 +316,7 @@ def _table(headers: list[str]) -> QTableWidget:
     t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     t.setWordWrap(False)
+    t.setTabKeyNavigation(False)  # Tab leaves the table (one stop); arrow keys move inside it
     header = t.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setStretchLastSection(False)
