@@ -162,6 +162,10 @@ def test_the_wizard_by_keyboard(qtbot, tmp_path, monkeypatch, model_cache):
     def alt(k: Qt.Key) -> None:
         key(wizard, k, Qt.KeyboardModifier.AltModifier)
 
+    def next_page(page: QWidget) -> None:  # Alt+N: Next (a mnemonic clicks after a short animation)
+        alt(Qt.Key.Key_N)
+        qtbot.wait_until(lambda: wizard.currentPage() is page, timeout=5000)
+
     def named_chain(page: QWidget) -> list[QWidget]:
         chain = tab_chain(wizard.button(QWizard.WizardButton.CancelButton))
         unnamed = [type(w).__name__ for w in chain if not accessible_name(w)]
@@ -169,41 +173,50 @@ def test_the_wizard_by_keyboard(qtbot, tmp_path, monkeypatch, model_cache):
         return chain
 
     named_chain(wizard.hardware_page)
-    alt(Qt.Key.Key_N)  # Alt+N: Next
     page = wizard.model_page
-    assert wizard.currentPage() is page
+    next_page(page)
     chain = named_chain(page)
     assert page.table in chain
     page.table.setFocus(Qt.FocusReason.TabFocusReason)
     rows = {page.table.item(i, 0).data(Qt.ItemDataRole.UserRole): i for i in range(page.table.rowCount())}
-    while page.selected() != "smollm2-135m":  # arrows move the choice (rows that do not fit are skipped)
+    for _ in range(len(rows)):  # arrows move the choice (rows that do not fit are skipped)
         before = page.selected()
+        if before == "smollm2-135m":
+            break
         key(wizard, Qt.Key.Key_Up if rows[before] > rows["smollm2-135m"] else Qt.Key.Key_Down)
         assert page.selected() != before, "arrow keys do not move the model choice"
-    alt(Qt.Key.Key_N)
-    assert wizard.currentPage() is wizard.download_page and wizard.download_page.isComplete()
-    alt(Qt.Key.Key_N)
+    assert page.selected() == "smollm2-135m"
+    next_page(wizard.download_page)
+    assert wizard.download_page.isComplete()
+    next_page(wizard.swarm_page)
 
     form = wizard.swarm_page.form
     chain = named_chain(wizard.swarm_page)
     radios = [w for w in chain if w in form.buttons.values()]
     assert len(radios) == 1  # the choices are one Tab stop; arrows choose among them
     radios[0].setFocus(Qt.FocusReason.TabFocusReason)
-    while not form.buttons["local"].isChecked():
-        key(wizard, Qt.Key.Key_Down)
+    order = list(form.buttons)
+    assert radios[0] is form.buttons["offline"]  # Tab enters the choices at the checked one (the default)
+    for _ in range(order.index("offline") - order.index("local")):
+        key(wizard, Qt.Key.Key_Up)  # each arrow moves the choice one up
+    assert form.buttons["local"].isChecked(), f"arrows did not choose the local swarm: {QApplication.focusWidget()}"
     assert form.port in tab_chain(form.buttons["local"]) and form.relay not in tab_chain(form.buttons["local"])
     form.swarm.setFocus(Qt.FocusReason.TabFocusReason)
     form.swarm.selectAll()
     QTest.keyClicks(form.swarm, "kitchen")
-    alt(Qt.Key.Key_N)
+    next_page(wizard.name_page)
     qtbot.wait_until(wizard.name_page.isComplete, timeout=120_000)  # a real `sapo-engine identity --json`
     named_chain(wizard.name_page)
-    alt(Qt.Key.Key_N)
+    next_page(wizard.power_page)
 
     power = wizard.power_page.form
     chain = named_chain(wizard.power_page)
     assert power.idle in chain and power.battery in chain
     assert power.idle_minutes not in chain  # disabled until "only when idle" is ticked
+    assert [w for w in chain if w in power.buttons.values()] == [power.buttons["medium"]]
+    power.buttons["medium"].setFocus(Qt.FocusReason.TabFocusReason)
+    key(wizard, Qt.Key.Key_Up)
+    assert power.power == "light"
     power.idle.setFocus(Qt.FocusReason.TabFocusReason)
     key(wizard, Qt.Key.Key_Space)
     assert power.idle.isChecked() and power.idle_minutes in tab_chain(power.idle)
@@ -212,5 +225,5 @@ def test_the_wizard_by_keyboard(qtbot, tmp_path, monkeypatch, model_cache):
     with qtbot.wait_signal(wizard.accepted, timeout=10_000):
         alt(Qt.Key.Key_F)  # Alt+F: Finish
     s = wizard.result_settings()
-    assert s.swarm_kind == "local" and s.node["swarm"] == "kitchen" and s.only_when_idle
+    assert s.swarm_kind == "local" and s.node["swarm"] == "kitchen" and s.only_when_idle and s.power == "light"
     assert s.node["model"] == "smollm2-135m"
