@@ -1,14 +1,19 @@
-"""Idle time on Linux/X11, for real: an Xvfb server, input faked through XTest, read back through
-the XScreenSaver extension the way the app reads it. Skips, saying why, where Xvfb or the X libraries
-are missing (Debian: xvfb, libxss1, libxtst6)."""
+"""Idle time on Linux, for real. X11: an Xvfb server, input faked through XTest, read back through
+the XScreenSaver extension the way the app reads it. Wayland/GNOME: a private D-Bus session bus with
+a stand-in for GNOME's idle monitor (the same interface, path and types). Each skips, saying why,
+where its pieces are missing (Debian: xvfb, libxss1, libxtst6, dbus-daemon)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import shutil
 import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +88,76 @@ def test_no_x_server_is_unknown_and_unknown_never_pauses(tmp_path):
     assert idle.x11_idle(":987") is None  # no server there: unknown, not an exception, not an exit
     rules = power.Rules(only_when_idle=True, idle_minutes=1, pause_on_battery=False)
     assert power.hold_reason(rules, power.Facts(idle.x11_idle(":987"), None)) is None
+
+
+# A stand-in for GNOME's org.gnome.Mutter.IdleMonitor: the real name, path, method and uint64 milliseconds.
+FAKE_MUTTER = textwrap.dedent(r'''
+    import sys, time
+    from PySide6.QtCore import ClassInfo, QCoreApplication, QObject, Slot
+    from PySide6.QtDBus import QDBusConnection
+
+    @ClassInfo({"D-Bus Interface": "org.gnome.Mutter.IdleMonitor"})
+    class Monitor(QObject):
+        @Slot(result="qulonglong")
+        def GetIdletime(self):
+            if sys.argv[1] == "hang":
+                time.sleep(8)  # a desktop service that does not answer
+            return 4321
+
+    app = QCoreApplication([])
+    bus = QDBusConnection.sessionBus()
+    monitor = Monitor()
+    ok = bus.registerObject("/org/gnome/Mutter/IdleMonitor/Core", monitor,
+                            QDBusConnection.RegisterOption.ExportAllSlots)
+    print("ready" if ok and bus.registerService("org.gnome.Mutter.IdleMonitor") else "failed", flush=True)
+    app.exec()
+''')
+
+ASK = ("import time; from PySide6.QtCore import QCoreApplication; app = QCoreApplication([]); "
+       "from app.idle import linux_idle; t = time.monotonic(); "
+       "print(linux_idle({'XDG_SESSION_TYPE': 'wayland', 'WAYLAND_DISPLAY': 'wayland-0', 'DISPLAY': ':987'}), "
+       "round(time.monotonic() - t, 1))")
+
+
+@pytest.fixture
+def session_bus(tmp_path):
+    if not shutil.which("dbus-daemon"):
+        pytest.skip("needs dbus-daemon (Debian: dbus-daemon)")
+    proc = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().decode().strip()
+        assert address.startswith("unix:"), "dbus-daemon did not start"
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _wayland_idle(address: str, tmp_path: Path, mode: str) -> tuple[str, float]:
+    env = {**os.environ, "DBUS_SESSION_BUS_ADDRESS": address,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    script = tmp_path / "fake_mutter.py"
+    script.write_text(FAKE_MUTTER)
+    fake = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, env=env)
+    try:
+        assert fake.stdout is not None and fake.stdout.readline().decode().strip() == "ready"
+        out = subprocess.run([sys.executable, "-c", ASK], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        value, seconds = out.stdout.split()
+        return value, float(seconds)
+    finally:
+        fake.kill()
+        fake.wait(10)
+
+
+def test_wayland_asks_the_desktops_idle_monitor_over_dbus(session_bus, tmp_path):
+    value, _ = _wayland_idle(session_bus, tmp_path, "answer")
+    assert value == "4.321"  # milliseconds from the monitor, as seconds; X11 not asked on Wayland
+
+
+def test_a_desktop_service_that_hangs_is_unknown_within_the_limit(session_bus, tmp_path):
+    value, seconds = _wayland_idle(session_bus, tmp_path, "hang")
+    assert value == "None"  # unknown: never pauses
+    assert seconds < idle.DBUS_TIMEOUT_MS / 1000 + 1.5  # not D-Bus's default 25 s
