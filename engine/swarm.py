@@ -19,12 +19,13 @@ instead of training alone forever.
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from collections import OrderedDict
 from typing import Callable
 from urllib.parse import urlsplit
 
-from websockets.exceptions import InvalidURI, WebSocketException
+from websockets.exceptions import InvalidMessage, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
@@ -37,6 +38,16 @@ from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge
 CLIENT_VERSION = "sapo-engine/0.2"
 FATAL = (Code.UNAUTHORIZED, Code.VERSION)
 TRAINED_MEMORY = 20_000  # digests of groups already trained: a replayed group is skipped, not retrained
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Verifies a wss:// relay's certificate against ``ca_file`` (a private CA), else the system's CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except FileNotFoundError:
+        raise SapoError(f"relay CA file not found: {ca_file}") from None
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SapoError(f"relay CA file {ca_file} is not a PEM CA certificate ({first_line(exc, 80)})") from None
 
 
 def check_relay_url(url: str) -> str:
@@ -52,8 +63,14 @@ def check_relay_url(url: str) -> str:
 
 class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
-                 on_status: Callable[[str], None], timeout_s: float = 10.0) -> None:
+                 on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None) -> None:
         self.url = check_relay_url(url)
+        tls = any(u.strip().startswith("wss://") for u in url.split(","))
+        if ca_file is not None and not tls:
+            # Harmless (the app's "local swarm" is ws://127.0.0.1 while node.toml may keep a CA file), but said.
+            on_status(f"relay CA file {ca_file} not used: relay {url} is ws:// (no TLS)")
+        # wss:// always verifies the relay's certificate and name: against ca_file, else the system's CAs.
+        self._tls = tls_context(ca_file) if tls else None
         self.identity = identity
         self.node_id = identity.node_id
         self.swarm = swarm
@@ -83,9 +100,21 @@ class SwarmClient:
             return False
         first, self._first_attempt = self._first_attempt, False
         try:
-            ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2)
+            ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2,
+                         ssl=self._tls if self.url.startswith("wss://") else None)
+        except ssl.SSLCertVerificationError as exc:
+            # Retrying cannot make an untrusted certificate trusted: say so at once, as for a wrong token.
+            why = (f"relay {self.url} presented a certificate this node does not trust ({exc.verify_message}): "
+                   "if it uses a private CA, set relay_ca_file (--relay-ca-file) to that CA's certificate")
+            if first:
+                raise SapoError(why) from None
+            self._retry_later(why)
+            return False
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
-            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)})")
+            # A TLS port answers a plain HTTP request with TLS bytes: say what is likely wrong.
+            tls_port = isinstance(exc, InvalidMessage) and self.url.startswith("ws://")
+            hint = " (a TLS relay? use wss://)" if tls_port else ""
+            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}")
             return False
         self.ws = ws
         reply = self._request(self.hello)

@@ -82,8 +82,9 @@ class SimNode:
         swarm: str = "loadgen",
         identity: Identity | None = None,
         token: str | None = None,
+        model: str = "sim-model",
     ) -> None:
-        self.url, self.swarm, self.token = url, swarm, token
+        self.url, self.swarm, self.token, self.model = url, swarm, token, model
         self.identity = identity or Identity.generate()
         self.node_id = self.identity.node_id
         self.name = display_name(self.node_id)
@@ -93,7 +94,7 @@ class SimNode:
         """Open the connection, say hello, sign the challenge; return the reply (Welcome, or an Error before a close)."""
         self.ws = await connect(self.url, max_size=p.MAX_FRAME_BYTES, open_timeout=timeout, compression=None)
         hello = p.Hello(
-            swarm=self.swarm, public_key=self.identity.public_key, model="sim-model",
+            swarm=self.swarm, public_key=self.identity.public_key, model=self.model,
             client_version=CLIENT_VERSION, token=self.token,
         )  # fmt: skip
         reply = await self.request(hello, timeout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 if TYPE_CHECKING:
     from relay.server import Relay
@@ -43,5 +43,7 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        # process_resident_memory_bytes, process_cpu_seconds_total, open fds (Linux): per replica, beside the rest.
+        ProcessCollector(registry=r)
         for kind in ("hello", "publish", "sample", "stats", "report", "refused"):
             self.latency.labels(kind)  # show every series from the start, at zero

@@ -21,7 +21,7 @@ import logging
 import secrets
 import statistics
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,9 @@ from wire import protocol as p
 from relay.metrics import Metrics
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
+from relay.status import SWARM_NAME, relay_status, swarm_status
+from relay.status_page import CSP, HTML
+from relay.tls import server_context
 
 log = logging.getLogger("relay.server")
 
@@ -72,6 +75,9 @@ class RelayConfig:
     max_swarms: int = 256
     flush_interval_s: float = 1.0
     compression: bool = False  # permessage-deflate: less bandwidth, much more relay CPU
+    tls_cert: Path | None = None  # both set: serve wss:// and https:// (relay/tls.py)
+    tls_key: Path | None = None
+    status_page: bool = True  # GET / and /swarm/NAME, and their JSON under /api/ (public: relay/status.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -94,6 +100,8 @@ class RelayConfig:
                 raise ValueError(f"{name} must be 1..{most}")
         if self.max_completions < 2:
             raise ValueError("max_completions must be at least 2 (a group needs two answers to compare)")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
 
 
 class TokenBucket:
@@ -120,6 +128,7 @@ class _Session:
     node_id: str  # derived from public_key, which signed this connection's challenge
     public_key: bytes
     address: str
+    model: str  # as the peer announced it: shown on the status page as text only
     messages: TokenBucket
     bytes: TokenBucket
     errors: TokenBucket
@@ -170,7 +179,9 @@ class Relay:
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the stats database, then listen. Raises OSError / sqlite3.Error on bad setup."""
+        """Open the stats database, then listen. Raises OSError / sqlite3.Error / TLSSetupError on bad setup."""
+        c = self.config
+        tls = server_context(c.tls_cert, c.tls_key) if c.tls_cert is not None and c.tls_key is not None else None
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.stats = StatsStore(self.config.data_dir / STATS_FILE)
         try:
@@ -185,13 +196,15 @@ class Relay:
                 max_queue=4,
                 compression="deflate" if self.config.compression else None,
                 close_timeout=5,
+                ssl=tls,
             )
         except BaseException:
             self.stats.close()
             raise
         self.port = self._server.sockets[0].getsockname()[1]
         self._chores = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._lag_probe())]
-        log.info("listening on ws://%s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
+        scheme = "wss" if tls is not None else "ws"
+        log.info("listening on %s://%s:%d (data in %s)", scheme, self.config.host, self.port, self.config.data_dir)
 
     async def stop(self) -> None:
         """Close every connection (1001), wait for handlers, flush stats. Safe to call twice."""
@@ -237,7 +250,7 @@ class Relay:
 
     # --- plain HTTP -----------------------------------------------------------------
 
-    def _http(self, conn: ServerConnection, request: Request) -> Response | None:
+    def _http(self, conn: ServerConnection, request: Request) -> Response | None | Awaitable[Response | None]:
         path = request.path.partition("?")[0]
         if path == "/healthz":
             body = {
@@ -249,7 +262,28 @@ class Relay:
             return _response(conn, json.dumps(body), "application/json")
         if path == "/metrics":
             return _response(conn, generate_latest(self.metrics.registry).decode(), CONTENT_TYPE_LATEST)
-        return None  # a websocket handshake (or websockets' own 4xx)
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return None  # a node connecting (at any path, "/" included)
+        return self._status_http(conn, path)  # a coroutine: websockets awaits it
+
+    async def _status_http(self, conn: ServerConnection, path: str) -> Response | None:
+        """The status page and its JSON (relay/status.py); a 404 for anything else that is not a websocket."""
+        if self.config.status_page:
+            if path == "/" or (path.startswith("/swarm/") and SWARM_NAME.match(path[7:])):
+                response = _response(conn, HTML, "text/html; charset=utf-8")
+                response.headers["Content-Security-Policy"] = CSP
+                response.headers["X-Content-Type-Options"] = "nosniff"
+                response.headers["Referrer-Policy"] = "no-referrer"
+                return response
+            if path == "/api/swarms":
+                return _response(conn, json.dumps(await relay_status(self)), "application/json")
+            if path.startswith("/api/swarm/") and SWARM_NAME.match(path[11:]):
+                return _response(conn, json.dumps(await swarm_status(self, path[11:])), "application/json")
+        if path == "/" or path.startswith(("/swarm/", "/api/")):
+            response = conn.respond(404, "not found\n")
+            response.headers["Cache-Control"] = "no-store"
+            return response
+        return None  # websockets' own answer (426: a websocket endpoint)
 
     # --- websocket --------------------------------------------------------------------
 
@@ -306,7 +340,7 @@ class Relay:
             return None
         mono, now, c = time.monotonic(), time.time(), self.config
         session = _Session(
-            ws, hello.swarm, node_id, hello.public_key, address,
+            ws, hello.swarm, node_id, hello.public_key, address, hello.model,
             messages=TokenBucket(c.rate_per_s, c.burst, mono),
             bytes=TokenBucket(c.bytes_per_s, c.bytes_burst, mono),
             errors=TokenBucket(c.error_per_s, c.error_burst, mono),
