@@ -7,11 +7,11 @@ window decides what they do.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFocusEvent, QFont
 from PySide6.QtWidgets import (QAbstractItemView, QFrame, QGridLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget,
-                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
+                               QTableWidgetItem, QTabWidget, QToolTip, QVBoxLayout, QWidget)
 
 from app.charts import GroupsChart, ProgressChart, TimeChart
 from app.run_model import LOG_SIZE, RunModel
@@ -42,8 +42,18 @@ class Card(QFrame):
         layout.setContentsMargins(10, 6, 10, 6)
         layout.addWidget(self.value)
         layout.addWidget(self.caption)
-        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # keyboard users reach the tooltip too
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # keyboard users reach the tooltip too (focusInEvent)
         self.setAccessibleName(caption)
+
+    def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 - Qt's name
+        """Tab shows what the mouse's hover shows: the explanation in the tooltip."""
+        super().focusInEvent(event)
+        # After the focus change settles: a tooltip hides itself on the focus events still being delivered.
+        QTimer.singleShot(0, self, self._show_tip)
+
+    def _show_tip(self) -> None:
+        if self.hasFocus():
+            QToolTip.showText(self.mapToGlobal(self.rect().bottomLeft()), self.toolTip(), self)
 
     def set(self, value: str, caption: str | None = None) -> None:
         self.value.setText(value)
@@ -152,7 +162,7 @@ class Dashboard(QWidget):
                                                "confident: the honest measure of progress.")
         self.card_speed = Card("tokens written per second", "How fast this computer writes answers; a token is a "
                                                            "word or a piece of a word.")
-        self.card_swarm = Card("volunteers online", "Other computers in the same swarm right now.")
+        self.card_swarm = Card("volunteers online", "Computers in the same swarm right now, this one included.")
         self.card_you = Card("shared / used by others", "Groups of answers this computer shared with the swarm, "
                                                         "and how many other volunteers learned from.")
         row = QHBoxLayout()

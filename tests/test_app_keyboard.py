@@ -14,7 +14,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAccessible
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QAbstractButton, QApplication, QWidget, QWizard
+from PySide6.QtWidgets import QAbstractButton, QApplication, QToolTip, QWidget, QWizard
 
 from app import engine_process
 from app.settings import AppSettings
@@ -133,6 +133,9 @@ def test_tab_reaches_every_control_of_the_dashboard_with_a_name(qtbot, window):
     # Every control a keyboard reaches says what it is.
     unnamed = [f"{type(w).__name__}({w.objectName()})" for w in chain if not accessible_name(w)]
     assert not unnamed, unnamed
+    # A figure reached by Tab shows its explanation, as hovering does.
+    d.card_reward.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.wait_until(lambda: QToolTip.isVisible() and QToolTip.text() == d.card_reward.toolTip(), timeout=5000)
     # The tabs by keyboard: arrows on the tab bar, then Tab into the page shown.
     d.tabs.tabBar().setFocus(Qt.FocusReason.TabFocusReason)
     key(window, Qt.Key.Key_Right)
@@ -227,3 +230,4 @@ def test_the_wizard_by_keyboard(qtbot, tmp_path, monkeypatch, model_cache):
     s = wizard.result_settings()
     assert s.swarm_kind == "local" and s.node["swarm"] == "kitchen" and s.only_when_idle and s.power == "light"
     assert s.node["model"] == "smollm2-135m"
+
