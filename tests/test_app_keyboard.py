@@ -11,10 +11,10 @@ import sys
 import textwrap
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAccessible
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QAbstractButton, QApplication, QToolTip, QWidget, QWizard
+from PySide6.QtWidgets import QAbstractButton, QApplication, QTabWidget, QToolTip, QWidget, QWizard
 
 from app import engine_process
 from app.settings import AppSettings
@@ -231,3 +231,26 @@ def test_the_wizard_by_keyboard(qtbot, tmp_path, monkeypatch, model_cache):
     assert s.swarm_kind == "local" and s.node["swarm"] == "kitchen" and s.only_when_idle and s.power == "light"
     assert s.node["model"] == "smollm2-135m"
 
+
+
+def test_preferences_by_the_menu_keys(qtbot, window):
+    seen: dict = {}
+
+    def inside() -> None:  # runs in the dialog's own event loop
+        dialog = QApplication.activeModalWidget()
+        seen["dialog"] = type(dialog).__name__
+        if dialog is None:
+            return
+        for i in range(3):  # each tab of the dialog: every control named, Tab goes round
+            dialog.findChild(QTabWidget).setCurrentIndex(i)
+            chain = tab_chain(dialog.buttons.button(dialog.buttons.StandardButton.Cancel))
+            seen.setdefault("unnamed", []).extend(type(w).__name__ for w in chain if not accessible_name(w))
+        seen["chain"] = len(chain)
+        QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Escape)  # Escape closes it unchanged
+
+    QTimer.singleShot(1500, inside)
+    key(window, Qt.Key.Key_M, Qt.KeyboardModifier.AltModifier)  # Alt+M: the Model menu
+    qtbot.wait_until(lambda: QApplication.activePopupWidget() is not None, timeout=5000)
+    QTest.keyClick(QApplication.activePopupWidget(), Qt.Key.Key_P)  # P: Preferences… (runs until inside() closes it)
+    qtbot.wait_until(lambda: "chain" in seen, timeout=10_000)
+    assert seen["dialog"] == "PreferencesDialog" and seen["chain"] > 3 and not seen["unnamed"], seen
