@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Mapping
 
 DBUS_TIMEOUT_MS = 2000  # a hung desktop service must not stall the GUI thread for D-Bus's default 25 s
 
@@ -34,7 +35,7 @@ def idle_seconds() -> float | None:
     return None
 
 
-def linux_idle(env: os._Environ[str] | dict[str, str]) -> float | None:
+def linux_idle(env: Mapping[str, str]) -> float | None:
     """X11 first on an X11 session; the D-Bus monitor on Wayland, or when X cannot answer."""
     wayland = env.get("XDG_SESSION_TYPE") == "wayland" or bool(env.get("WAYLAND_DISPLAY"))
     if not wayland and env.get("DISPLAY"):
