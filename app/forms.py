@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
                                QSpinBox, QVBoxLayout, QWidget)
 
@@ -17,6 +17,17 @@ SWARM_CHOICES = (
      "The app runs a relay here (reachable from this computer only); other nodes on this computer can join it."),
     ("offline", "Train alone (offline)", "No swarm: this computer learns only from its own answers."),
 )
+
+
+def one_tab_stop(group: QButtonGroup) -> None:
+    """A choice is one Tab stop, entered at the checked option; arrow keys move the choice (as in
+    native dialogs). Qt alone enters a group at whichever button last had focus, often an unchecked one."""
+    def fix(*_: object) -> None:
+        for button in group.buttons():
+            button.setFocusPolicy(Qt.FocusPolicy.StrongFocus if button.isChecked() else Qt.FocusPolicy.ClickFocus)
+
+    group.buttonToggled.connect(fix)
+    fix()
 
 
 def relay_problem(text: str) -> str | None:
@@ -90,6 +101,7 @@ class SwarmForm(QWidget):
             w.textChanged.connect(self._update)
         self.group.buttonToggled.connect(lambda *_: self._update())
         self.buttons["offline"].setChecked(True)
+        one_tab_stop(self.group)
 
     @property
     def kind(self) -> str:
@@ -172,6 +184,7 @@ class PowerForm(QWidget):
         layout.addStretch(1)
         self.idle.toggled.connect(self.idle_minutes.setEnabled)
         self.buttons["medium"].setChecked(True)
+        one_tab_stop(self.group)
 
     @property
     def power(self) -> str:
