@@ -16,7 +16,7 @@ log-prob and gradient norm of the first timed step (fp32 must equal today's), pe
 The memory check (full run only): 8 groups x 4 completions of 64 + 192 random tokens, the
 32 x 256 update, for today's step and the default.
 
-    python benchmarks/bench_train.py [--groups 8] [--threads N] [--repeats 3]
+    python benchmarks/bench_train.py [--groups 8] [--threads N] [--repeats 3] [--presets easy,paper] [--lengths 4,8]
     python benchmarks/bench_train.py --quick     # one small easy set at L = 4; last line: speedup=X.XX
 """
 
@@ -174,6 +174,9 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=8, help="completions per micro-batch (engine default, tiny)")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SAPO_CACHE_DIR") or
                                                       Path(tempfile.gettempdir()) / "sapo-bench-cache"))
+    ap.add_argument("--presets", default="easy,paper", help="task presets to draw groups from (full run)")
+    ap.add_argument("--lengths", default="4,8", help="group sizes L (full run)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
     args = ap.parse_args()
@@ -186,7 +189,7 @@ def main() -> None:
         return
 
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    presets, lengths = (["easy"], [4]) if args.quick else (["easy", "paper"], [4, 8])
+    presets, lengths = (["easy"], [4]) if args.quick else (args.presets.split(","), [int(x) for x in args.lengths.split(",")])
     if args.quick:
         args.groups, args.repeats = min(args.groups, 2), 2
     print(f"one GRPO step on {args.groups} real groups, bundled model Q4_0, LoRA r16 all linear, "
@@ -202,7 +205,7 @@ def main() -> None:
             c = sum(len(x) for g in raw for x in g["completions"][:L]) / (len(raw) * L)
             label = f"[{preset} L={L} prompt~{p:.0f} completion~{c:.0f}]"
             results = compare(args, label, path, L)
-    if not args.quick:
+    if not args.quick and not args.no_memory:
         path = work / "memory.json"
         memory_groups(path)
         compare(args, "[memory 32 x (64 + 192) random tokens]", path, 4, ("today", "default"))
