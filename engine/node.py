@@ -52,12 +52,11 @@ from engine.grpo import build_groups
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
 from engine.progress import PhaseReporter, feed_samples
-from engine.rewards import Score, extract_answer, make_score
+from engine.rewards import Score
 from engine.rollout import RolloutGenerator, SamplingParams
 from engine.swarm import SwarmClient
 from engine.trainer import TrainConfig, Trainer
-from engine.safe_scoring import capped
-from engine.sandbox import Job, Sandbox
+from engine.sandbox import Sandbox, score_groups
 from engine.tasks import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
 from engine.verify import Verifier, cap_external_tokens
 from wire import events as ev
@@ -107,7 +106,8 @@ class Node:
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
                                      logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
-        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens)
+        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens,
+                                  cfg.prompts)
         self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
                                model=model_name)
 
@@ -167,16 +167,13 @@ class Node:
     # --- prompts and scoring ---
     def score(self, groups: list[tuple[Question, list[Completion]]]) -> list[list[Score]]:
         """Scores for each group's completions: one sandbox job per group, run in parallel."""
-        jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]
         t0 = time.perf_counter()
-        results = self.sandbox.run(jobs)
+        scored = score_groups(self.sandbox, groups, self.cfg.format_bonus)
         self.score_s += time.perf_counter() - t0
-        out = []
-        for (q, cs), result in zip(groups, results):
+        for (q, _), (_, result) in zip(groups, scored):
             if not result.ok:  # our own model wrote something a scorer choked on: those answers score 0
                 self.events.warning(f"scoring a {q.spec.dataset} group failed ({result.reason}); its answers score 0")
-            out.append([make_score(ts, c.text, self.cfg.format_bonus) for ts, c in zip(result.scores, cs)])
-        return out
+        return [scores for scores, _ in scored]
 
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
                 n: int | None = None, greedy: int = 0) -> list[ScoredGroup]:
