@@ -11,9 +11,11 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
   models of 0.5B and up.
 - format bonus: tiny models get +0.1 for a well-formed ``<answer>`` tag (the paper has no
   shaping); accuracy never counts it.
-- few-shot prompts: tiny models see 2 worked examples per prompt (the paper: none).
+- few-shot prompts: tiny models see 2 worked examples per prompt, each showing a short working before
+  the answer tag (engine/worked.py; the paper: none).
 - easy preset: easier task settings for models under 0.5B, which score ~0 on the defaults.
-- Q4_0 working copy: a Q4_1 GGUF is requantized to Q4_0 for faster sampling (engine/weights.py).
+- Q8_0 working copy: a Q4_1 GGUF is requantized to Q8_0 for faster sampling at the source's quality
+  (engine/weights.py).
 - external groups are re-verified and re-scored by the receiver (the paper trusts peers); the
   receiver trains on its own scores, never the sender's claims, with its own L and max_tokens,
   and external tokens are at most ``external_token_share`` of an update (engine/verify.py).
