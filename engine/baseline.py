@@ -31,7 +31,10 @@ from engine.errors import SapoError
 
 PROMPT_CHOICES = ("new", "old", "worked", "worked-nosys")
 WEIGHT_CHOICES = ("auto", "as-is", "q4_0", "q8_0")
-MAX_SEQS_PER_BATCH = 64  # as a node's context
+# Questions decoded together. Not more: every sequence of a llama.cpp batch attends over all the
+# context's used cells (masked, but computed), so attention cost grows with the square of the batch;
+# 8 questions keep it below the weights' cost on the easy preset.
+QUESTIONS_PER_BATCH = 8
 PROBE_QUESTIONS, PROBE_COMPLETIONS, PROBE_TOKENS, PROBE_REPEATS = 4, 8, 128, 2
 
 
@@ -119,7 +122,8 @@ def measure(cfg: Any, source: Path, model_name: str, weights: list[str], prompts
             sandbox.wait_ready()
             for w in weights:
                 path = working_gguf(source, w, default_cache_dir() / "models")
-                llm = llms[w] = LlamaModel(path, n_ctx=MAX_SEQS_PER_BATCH * cfg.max_tokens + 8192, n_seq_max=MAX_SEQS_PER_BATCH,
+                n_seq = max(QUESTIONS_PER_BATCH * (1 + samples), PROBE_QUESTIONS * PROBE_COMPLETIONS if speed else 0)
+                llm = llms[w] = LlamaModel(path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq,
                                            threads=cfg.threads)
                 gen = RolloutGenerator(llm)
                 for p in prompts:

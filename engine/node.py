@@ -160,6 +160,10 @@ class Node:
             raise SapoError(f"the data dir holds a checkpoint for model {state.model!r}, not {self.model_name!r}; "
                             f"use another --data-dir or the same model")
         self.checkpoints.load_weights(latest, self.policy, self.trainer.optimizer)
+        before, now = Path(state.config.get("model_path") or ""), Path(self.state.config["model_path"])
+        if before.name and before.name != now.name:  # e.g. a Q4_0 working copy from before Q8_0 became auto
+            self.events.status(f"the checkpoint was trained on {before.name}; continuing on {now.name} "
+                               f"(set weights to use the same file)")
         self.state.round, self.state.history = state.round, state.history
         self.stream.state = StreamState(**state.stream)
         self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
