@@ -138,12 +138,12 @@ def measure(cfg: Any, source: Path, model_name: str, weights: list[str], prompts
 
                     t0 = time.perf_counter()
                     groups = eval_groups(rollout, heldout, params, samples)
-                    print(f"baseline: {w}/{p}: {len(heldout)} questions in {time.perf_counter() - t0:.0f} s",
-                          file=sys.stderr, flush=True)
                     report["runs"].append({
                         "weights": w, "format": choose_format(source, w) or "as-is", "prompts": p,
                         "tokens_per_s": round(gen.last.tokens_per_s, 1), "tokens": gen.last.tokens,
                         "seconds": round(time.perf_counter() - t0, 1), "per_task": task_spread(groups)})
+                    # each result as soon as it is known: a long comparison interrupted keeps what it measured
+                    print(f"baseline: {json.dumps(report['runs'][-1])}", file=sys.stderr, flush=True)
             if speed:
                 report["speed"] = _probe(llms, heldout, mix, cfg, exclude)
     finally:
