@@ -1,7 +1,7 @@
 # The two commands of the README. Both set up .venv first (once; later runs skip it).
 ROUNDS ?= 20
 
-.PHONY: setup run test bench fixtures
+.PHONY: setup run test bench fixtures sysdeps
 
 setup:
 	@scripts/setup.sh
@@ -13,7 +13,11 @@ run: setup
 fixtures: setup
 	@scripts/test-fixtures.sh >/dev/null
 
-test: setup fixtures
+# redis-server, chromium and Xvfb for the tests that start them (apt when root; otherwise those tests skip).
+sysdeps:
+	@scripts/system-deps.sh || true
+
+test: setup fixtures sysdeps
 	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider
 
 bench: setup

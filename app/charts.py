@@ -18,6 +18,7 @@ AVERAGE_WINDOW = 5
 def _plot(title: str, left: str, parent: QWidget | None) -> pg.PlotWidget:
     w = pg.PlotWidget(parent=parent)
     w.setTitle(title, size="11pt")
+    w.setAccessibleName(f"chart: {title}")
     w.setLabel("left", left)
     w.setLabel("bottom", "round")
     w.showGrid(x=False, y=True, alpha=0.2)

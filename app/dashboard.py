@@ -7,11 +7,11 @@ window decides what they do.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFocusEvent, QFont
 from PySide6.QtWidgets import (QAbstractItemView, QFrame, QGridLayout, QHBoxLayout, QHeaderView, QLabel,
                                QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget,
-                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
+                               QTableWidgetItem, QTabWidget, QToolTip, QVBoxLayout, QWidget)
 
 from app.charts import GroupsChart, ProgressChart, TimeChart
 from app.run_model import LOG_SIZE, RunModel
@@ -42,8 +42,18 @@ class Card(QFrame):
         layout.setContentsMargins(10, 6, 10, 6)
         layout.addWidget(self.value)
         layout.addWidget(self.caption)
-        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # keyboard users reach the tooltip too
+        self.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # keyboard users reach the tooltip too (focusInEvent)
         self.setAccessibleName(caption)
+
+    def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 - Qt's name
+        """Tab shows what the mouse's hover shows: the explanation in the tooltip."""
+        super().focusInEvent(event)
+        # After the focus change settles: a tooltip hides itself on the focus events still being delivered.
+        QTimer.singleShot(0, self, self._show_tip)
+
+    def _show_tip(self) -> None:
+        if self.hasFocus():
+            QToolTip.showText(self.mapToGlobal(self.rect().bottomLeft()), self.toolTip(), self)
 
     def set(self, value: str, caption: str | None = None) -> None:
         self.value.setText(value)
@@ -152,7 +162,7 @@ class Dashboard(QWidget):
                                                "confident: the honest measure of progress.")
         self.card_speed = Card("tokens written per second", "How fast this computer writes answers; a token is a "
                                                            "word or a piece of a word.")
-        self.card_swarm = Card("volunteers online", "Other computers in the same swarm right now.")
+        self.card_swarm = Card("volunteers online", "Computers in the same swarm right now, this one included.")
         self.card_you = Card("shared / used by others", "Groups of answers this computer shared with the swarm, "
                                                         "and how many other volunteers learned from.")
         row = QHBoxLayout()
@@ -166,6 +176,8 @@ class Dashboard(QWidget):
         self.progress_chart = ProgressChart()
         self.time_chart = TimeChart()
         self.groups_chart = GroupsChart()
+        for chart in (self.progress_chart, self.time_chart, self.groups_chart):
+            chart.widget.setAccessibleDescription(chart.widget.toolTip())  # a screen reader reads what a tooltip shows
         box = QWidget()
         grid = QGridLayout(box)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -180,7 +192,9 @@ class Dashboard(QWidget):
         self.tabs = QTabWidget()
         self.feed = _table(["from", "question", "answer", "reward"])
         self.feed.setToolTip("Recent answers, this computer's own and those received from the swarm.")
+        self.feed.setAccessibleName("recent answers")
         self.leaderboard = _table(["place", "volunteer", "shared", "used by others", "rounds"])
+        self.leaderboard.setAccessibleName("leaderboard of the swarm")
         self.refused = QLabel("")
         self.refused.setWordWrap(True)
         swarm = QWidget()
@@ -191,6 +205,7 @@ class Dashboard(QWidget):
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(LOG_SIZE)
         self.log.setAccessibleName("log")
+        self.log.setTabChangesFocus(True)  # read-only: Tab moves on rather than being swallowed
         self.tabs.addTab(self.feed, "Recent answers")
         self.tabs.addTab(swarm, "Swarm")
         self.tabs.addTab(self.log, "Log")
@@ -311,6 +326,7 @@ def _table(headers: list[str]) -> QTableWidget:
     t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     t.setWordWrap(False)
+    t.setTabKeyNavigation(False)  # Tab leaves the table (one stop); arrow keys move inside it
     header = t.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setStretchLastSection(False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
                                QSpinBox, QVBoxLayout, QWidget)
 
@@ -19,10 +19,32 @@ SWARM_CHOICES = (
 )
 
 
-def relay_problem(url: str) -> str | None:
-    """Why a relay URL is unusable, or None. The rule of ``engine.swarm.check_relay_url``, kept
-    here so the app stays off the engine's modules; the engine checks again when it starts."""
-    url = url.strip()
+def one_tab_stop(group: QButtonGroup) -> None:
+    """A choice is one Tab stop, entered at the checked option; arrow keys move the choice (as in
+    native dialogs). Qt alone enters a group at whichever button last had focus, often an unchecked one."""
+    def fix(*_: object) -> None:
+        for button in group.buttons():
+            button.setFocusPolicy(Qt.FocusPolicy.StrongFocus if button.isChecked() else Qt.FocusPolicy.ClickFocus)
+
+    group.buttonToggled.connect(fix)
+    fix()
+
+
+def relay_problem(text: str) -> str | None:
+    """Why a relay URL (or a comma-separated list of replicas) is unusable, or None. The rule of
+    ``engine.swarm.check_relay_urls``, kept here so the app stays off the engine's modules; the
+    engine checks again when it starts."""
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        return "relay URL must look like ws://host:port or wss://host:port, got ''"
+    for url in urls:
+        problem = _url_problem(url)
+        if problem:
+            return problem
+    return None
+
+
+def _url_problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a bad port
@@ -79,6 +101,7 @@ class SwarmForm(QWidget):
             w.textChanged.connect(self._update)
         self.group.buttonToggled.connect(lambda *_: self._update())
         self.buttons["offline"].setChecked(True)
+        one_tab_stop(self.group)
 
     @property
     def kind(self) -> str:
@@ -161,6 +184,7 @@ class PowerForm(QWidget):
         layout.addStretch(1)
         self.idle.toggled.connect(self.idle_minutes.setEnabled)
         self.buttons["medium"].setChecked(True)
+        one_tab_stop(self.group)
 
     @property
     def power(self) -> str:

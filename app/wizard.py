@@ -93,6 +93,7 @@ class ModelPage(QWizardPage):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setWordWrap(False)
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table; arrow keys choose the model
         self.table.setAccessibleName("models")
         self.table.itemSelectionChanged.connect(self.completeChanged)
         self.table.itemSelectionChanged.connect(self._show_terms)

@@ -9,13 +9,14 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   fp32:    shared prompt per group, fp32, checkpointing only over the memory budget
   default: shared prompt per group, the engine's automatic dtype (bf16 where the CPU has
            avx512_bf16/AMX), checkpointing only over the memory budget
-Each child loads the model, runs one warm-up step on one group (first-call costs), then times
-``--repeats`` steps on all groups and reports the fastest. Also reported: loss, mean completion
+All children load the model and run one warm-up step on one group (first-call costs); then they take
+turns, one timed step on all groups each, ``--repeats`` times round robin, and each reports its fastest
+(only one child computes at a time, and a busy spell of a shared machine falls on every variant alike). Also reported: loss, mean completion
 log-prob and gradient norm of the first timed step (fp32 must equal today's), peak RSS.
 The memory check (full run only): 8 groups x 4 completions of 64 + 192 random tokens, the
 32 x 256 update, for today's step and the default.
 
-    python benchmarks/bench_train.py [--groups 8] [--threads N] [--repeats 2]
+    python benchmarks/bench_train.py [--groups 8] [--threads N] [--repeats 3] [--presets easy,paper] [--lengths 4,8]
     python benchmarks/bench_train.py --quick     # one small easy set at L = 4; last line: speedup=X.XX
 """
 
@@ -69,8 +70,7 @@ def make_groups(preset: str, n_groups: int, completions: int, cache: Path, threa
     out.write_text(json.dumps(groups))
 
 
-def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, repeats: int,
-          micro_batch: int) -> None:
+def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, micro_batch: int) -> None:
     import torch
 
     from engine.accel import choose_dtype, memory_budget
@@ -94,19 +94,18 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
                                          shared_prefix=v["shared_prefix"],
                                          memory_budget=memory_budget(None, device)))
     trainer.step(groups[:1])  # warm-up: oneDNN kernel selection, allocator, first-call costs
-    times, first = [], None
-    for _ in range(repeats):
+    print(json.dumps({"ready": variant}), flush=True)
+    # One timed step per "step" line on stdin: the parent takes turns between variants, so a shared machine's
+    # slow and quiet spells fall on all of them alike (see compare()).
+    for _ in sys.stdin:
         t0 = time.perf_counter()
         stats = trainer.step(groups)
-        times.append(time.perf_counter() - t0)
-        first = first or stats
-    assert first is not None
-    print(json.dumps({
-        "variant": variant, "dtype": str(dtype).replace("torch.", ""), "step_s": round(min(times), 2),
-        "loss": first.loss, "logprob_mean": round(first.logprob_mean, 6), "grad_norm": round(first.grad_norm, 6),
-        "prompt_tokens": first.prompt_tokens, "completion_tokens": first.tokens,
-        "checkpointed": f"{first.checkpointed}/{first.micro_batches}",
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}))
+        print(json.dumps({
+            "variant": variant, "dtype": str(dtype).replace("torch.", ""), "step_s": round(time.perf_counter() - t0, 2),
+            "loss": stats.loss, "logprob_mean": round(stats.logprob_mean, 6), "grad_norm": round(stats.grad_norm, 6),
+            "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
+            "checkpointed": f"{stats.checkpointed}/{stats.micro_batches}",
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}), flush=True)
 
 
 def memory_groups(out: Path) -> None:
@@ -117,22 +116,46 @@ def memory_groups(out: Path) -> None:
     out.write_text(json.dumps(groups))
 
 
-def _run_child(args: argparse.Namespace, variant: str, groups_file: Path, completions: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", variant, str(groups_file), str(completions), "--cache", str(args.cache),
-           "--threads", str(args.threads), "--repeats", str(args.repeats), "--micro-batch", str(args.micro_batch)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        return {"variant": variant, "error": out.stderr.strip().splitlines()[-1][-300:] if out.stderr.strip() else "?"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def compare(args: argparse.Namespace, label: str, groups_file: Path, completions: int,
             variants: tuple[str, ...] = ("today", "fp32", "default")) -> dict[str, dict]:
-    results = {}
+    """Time each variant's step in turns: all children load and warm up, then step one at a time, round robin.
+
+    Only one child computes at any moment (the others wait on stdin), so they never compete with each other,
+    and ``--repeats`` turns spread each variant over the whole run: a fastest-of-N per variant that a busy
+    spell on a shared machine cannot hand to one variant alone. Loss, log-prob and grad norm are the first
+    step's (the optimizer then moves each child's LoRA the same way); peak RSS is the child's own.
+    """
+    procs = {}
     for variant in variants:
-        r = _run_child(args, variant, groups_file, completions)
-        results[variant] = r
-        print(f"{label} {json.dumps(r)}", flush=True)
+        cmd = [sys.executable, __file__, "--child", variant, str(groups_file), str(completions), "--cache",
+               str(args.cache), "--threads", str(args.threads), "--micro-batch", str(args.micro_batch)]
+        procs[variant] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    results: dict[str, dict] = {}
+    for variant, proc in procs.items():
+        if not proc.stdout or not proc.stdout.readline():
+            results[variant] = {"variant": variant, "error": "the child failed before its first step"}
+    steps: dict[str, list[dict]] = {v: [] for v in procs if v not in results}
+    for _ in range(args.repeats):
+        for variant in steps:
+            proc = procs[variant]
+            assert proc.stdin and proc.stdout
+            proc.stdin.write("step\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            if line:
+                steps[variant].append(json.loads(line))
+    for variant, proc in procs.items():
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait()
+        got = steps.get(variant)
+        if got:
+            results[variant] = {**got[0], "step_s": min(x["step_s"] for x in got),
+                                "steps_s": [x["step_s"] for x in got],
+                                "peak_rss_gib": max(x["peak_rss_gib"] for x in got)}
+        elif variant not in results:
+            results[variant] = {"variant": variant, "error": "the child failed during a step"}
+        print(f"{label} {json.dumps(results[variant])}", flush=True)
     if "step_s" in results.get("today", {}):
         base = results["today"]["step_s"]
         ratios = {v: round(base / r["step_s"], 2) for v, r in results.items() if v != "today" and "step_s" in r}
@@ -147,16 +170,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one small easy set at L = 4 (about 3 minutes)")
     ap.add_argument("--groups", type=int, default=8, help="groups per step (make run: I + J = 8)")
     ap.add_argument("--threads", type=int, default=default_threads())
-    ap.add_argument("--repeats", type=int, default=2, help="timed steps per variant; the fastest counts")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per variant, taken in turns; the fastest counts")
     ap.add_argument("--micro-batch", type=int, default=8, help="completions per micro-batch (engine default, tiny)")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SAPO_CACHE_DIR") or
                                                       Path(tempfile.gettempdir()) / "sapo-bench-cache"))
+    ap.add_argument("--presets", default="easy,paper", help="task presets to draw groups from (full run)")
+    ap.add_argument("--lengths", default="4,8", help="group sizes L (full run)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], Path(args.child[1]), int(args.child[2]), args.cache, args.threads, args.repeats,
-              args.micro_batch)
+        child(args.child[0], Path(args.child[1]), int(args.child[2]), args.cache, args.threads, args.micro_batch)
         return
     if args.make_groups:
         preset, n, L, out = args.make_groups
@@ -164,9 +189,9 @@ def main() -> None:
         return
 
     work = Path(tempfile.mkdtemp(prefix="bench-train-"))
-    presets, lengths = (["easy"], [4]) if args.quick else (["easy", "paper"], [4, 8])
+    presets, lengths = (["easy"], [4]) if args.quick else (args.presets.split(","), [int(x) for x in args.lengths.split(",")])
     if args.quick:
-        args.groups, args.repeats = min(args.groups, 2), 1
+        args.groups, args.repeats = min(args.groups, 2), 2
     print(f"one GRPO step on {args.groups} real groups, bundled model Q4_0, LoRA r16 all linear, "
           f"micro-batch {args.micro_batch}, {args.threads} threads")
     t0 = time.perf_counter()
@@ -180,7 +205,7 @@ def main() -> None:
             c = sum(len(x) for g in raw for x in g["completions"][:L]) / (len(raw) * L)
             label = f"[{preset} L={L} prompt~{p:.0f} completion~{c:.0f}]"
             results = compare(args, label, path, L)
-    if not args.quick:
+    if not args.quick and not args.no_memory:
         path = work / "memory.json"
         memory_groups(path)
         compare(args, "[memory 32 x (64 + 192) random tokens]", path, 4, ("today", "default"))

@@ -157,6 +157,10 @@ def _identity(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the real command line (not a test calling main): question texts must not depend on the process
+        from engine.hashseed import restart_with_fixed_seed
+
+        restart_with_fixed_seed(sys.argv[1:])
     try:
         args = build_parser().parse_args(argv)
         if args.command == "run":

@@ -117,7 +117,11 @@ class NodeConfig:
     eval_every: int = setting(10, "rounds between held-out evaluations (0 = never)")
     eval_per_task: int = setting(16, "held-out questions per task")
     # --- swarm ---
-    relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone)")
+    relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone); "
+                                      "several replicas of one swarm comma-separated, tried in turn")
+    relay_ca_file: str | None = setting(
+        None, "PEM file of the CA that signed a wss:// relay's certificate, for a relay with a private CA "
+              "(unset: the system's trusted CAs)")
     swarm: str = setting("public", "swarm name on the relay")
     token: str | None = setting(None, "shared token of a private swarm")
     offline: bool = setting(False, "train alone, no relay")

@@ -255,7 +255,8 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
     tune_allocator()
     base_cfg = build_config({}, plan.settings)
     local, external = base_cfg.local_groups, base_cfg.external_groups
-    cells = [(c, s, config_overrides(c, local, external)) for c in plan.configs for s in plan.seeds]
+    # Seed-major: a run stopped part-way has every configuration for the seeds it finished, so it compares.
+    cells = [(c, s, config_overrides(c, local, external)) for s in plan.seeds for c in plan.configs]
     source, model_name = resolve_model_file(base_cfg.model or "smollm2-135m")
     info = inspect_gguf(source)
     base_cfg = resolve_auto(base_cfg, info.n_params, default_threads())

@@ -92,9 +92,11 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
     node_id = loaded.identity.node_id
     if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
-        from engine.swarm import check_relay_url
+        from engine.swarm import check_relay_urls, tls_context
 
-        check_relay_url(cfg.relay)
+        check_relay_urls(cfg.relay)
+        if "wss://" in cfg.relay:
+            tls_context(cfg.relay_ca_file)  # a missing or bad CA file: a one-line error now, not at the first round
     # Task settings are checked before the model is fetched: a typo should not cost a download.
     build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # "paper" stands in for auto
 
@@ -121,7 +123,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     if cfg.relay and not cfg.offline:
         from engine.swarm import SwarmClient
 
-        swarm = SwarmClient(cfg.relay, cfg.swarm, loaded.identity, model_name, cfg.token, on_status=events.status)
+        swarm = SwarmClient(cfg.relay, cfg.swarm, loaded.identity, model_name, cfg.token, on_status=events.status,
+                            ca_file=cfg.relay_ca_file)
     elif not cfg.offline:
         events.status("no relay given (--relay ws://host:port): training alone")
     node = Node(cfg, model_path, model_name, node_id, events, threads, data_dir, info.architecture, cache_dir, swarm)

@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from engine import hashseed
 from wire.protocol import TaskSpec
 
 DEFAULT_TIMEOUT_S = 5.0  # an honest group scores in milliseconds (sympy tasks: well under a second)
@@ -207,8 +208,8 @@ class _Worker:
         self._decoder = msgspec.json.Decoder(_Reply)
 
     def start(self) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**hashseed.env(), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONDONTWRITEBYTECODE": "1"}  # hashseed: the same question text as the node and its peers
         self.proc = subprocess.Popen([sys.executable, "-m", "engine.sandbox", str(self.memory_mb)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env, close_fds=True)

@@ -5,6 +5,8 @@ Synchronous on purpose: the round loop is synchronous (torch, llama.cpp), and
 thread while the node trains. Every request has a timeout; any failure marks the client
 disconnected and the node carries on with local groups. Reconnects back off
 exponentially (1 s doubling to 60 s, with jitter) and are attempted at most once a round.
+Given several relay URLs (replicas of one swarm, comma-separated), each failure moves on to the
+next URL, so a node whose relay died is back on another one at its next retry.
 
 The node proves its identity at every connection (it signs the relay's challenge), signs each
 group it publishes and each report of the groups it trained, and stays within the limits the
@@ -19,12 +21,13 @@ instead of training alone forever.
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from collections import OrderedDict
 from typing import Callable
 from urllib.parse import urlsplit
 
-from websockets.exceptions import InvalidURI, WebSocketException
+from websockets.exceptions import InvalidMessage, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
@@ -39,6 +42,16 @@ FATAL = (Code.UNAUTHORIZED, Code.VERSION)
 TRAINED_MEMORY = 20_000  # digests of groups already trained: a replayed group is skipped, not retrained
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """Verifies a wss:// relay's certificate against ``ca_file`` (a private CA), else the system's CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except FileNotFoundError:
+        raise SapoError(f"relay CA file not found: {ca_file}") from None
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SapoError(f"relay CA file {ca_file} is not a PEM CA certificate ({first_line(exc, 80)})") from None
+
+
 def check_relay_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("ws", "wss") or not parts.hostname:
@@ -50,10 +63,25 @@ def check_relay_url(url: str) -> str:
     return url
 
 
+def check_relay_urls(text: str) -> list[str]:
+    """One or more relay URLs, comma-separated (replicas sharing one swarm), each checked; in order, once each."""
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        raise SapoError(f"relay must be one or more URLs (ws://host:port, comma-separated), got {text!r}")
+    return list(dict.fromkeys(check_relay_url(u) for u in urls))
+
+
 class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
-                 on_status: Callable[[str], None], timeout_s: float = 10.0) -> None:
-        self.url = check_relay_url(url)
+                 on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None) -> None:
+        self.urls = check_relay_urls(url)
+        self.url = self.urls[0]  # the one in use (or tried next)
+        tls = any(u.strip().startswith("wss://") for u in url.split(","))
+        if ca_file is not None and not tls:
+            # Harmless (the app's "local swarm" is ws://127.0.0.1 while node.toml may keep a CA file), but said.
+            on_status(f"relay CA file {ca_file} not used: relay {url} is ws:// (no TLS)")
+        # wss:// always verifies the relay's certificate and name: against ca_file, else the system's CAs.
+        self._tls = tls_context(ca_file) if tls else None
         self.identity = identity
         self.node_id = identity.node_id
         self.swarm = swarm
@@ -83,9 +111,21 @@ class SwarmClient:
             return False
         first, self._first_attempt = self._first_attempt, False
         try:
-            ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2)
+            ws = connect(self.url, max_size=MAX_FRAME_BYTES, open_timeout=self.timeout_s, close_timeout=2,
+                         ssl=self._tls if self.url.startswith("wss://") else None)
+        except ssl.SSLCertVerificationError as exc:
+            # Retrying cannot make an untrusted certificate trusted: say so at once, as for a wrong token.
+            why = (f"relay {self.url} presented a certificate this node does not trust ({exc.verify_message}): "
+                   "if it uses a private CA, set relay_ca_file (--relay-ca-file) to that CA's certificate")
+            if first:
+                raise SapoError(why) from None
+            self._retry_later(why)
+            return False
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
-            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)})")
+            # A TLS port answers a plain HTTP request with TLS bytes: say what is likely wrong.
+            tls_port = isinstance(exc, InvalidMessage) and self.url.startswith("ws://")
+            hint = " (a TLS relay? use wss://)" if tls_port else ""
+            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}")
             return False
         self.ws = ws
         reply = self._request(self.hello)
@@ -111,7 +151,11 @@ class SwarmClient:
         delay = self._backoff * random.uniform(0.8, 1.2)
         self._next_try = time.monotonic() + delay
         self._backoff = min(self._backoff * 2, 60.0)
-        self.on_status(f"{why}; training on local groups, retrying in {delay:.0f}s")
+        then = ""
+        if len(self.urls) > 1:  # the next replica; the backoff still grows until one answers
+            self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
+            then = f" with {self.url}"
+        self.on_status(f"{why}; training on local groups, retrying{then} in {delay:.0f}s")
 
     def _drop(self, why: str) -> None:
         ws, self.ws = self.ws, None
@@ -129,7 +173,12 @@ class SwarmClient:
         try:
             self.ws.send(encode(msg))
             frame = self.ws.recv(timeout=self.timeout_s)
-            return decode(frame)  # type: ignore[return-value]
+            reply = decode(frame)
+            if (isinstance(reply, Error) and reply.code == Code.UNAVAILABLE and len(self.urls) > 1
+                    and not isinstance(msg, (Hello, Auth))):  # (a refused hello is dropped by the caller)
+                # This replica lost its shared state (Redis); another may still have it.
+                self._drop(f"relay {self.url} is unavailable ({reply.reason[:80]})")
+            return reply  # type: ignore[return-value]
         except ProtocolError as exc:
             self._drop(f"relay sent a frame we refuse ({exc.code})")
         except (OSError, TimeoutError, WebSocketException) as exc:

@@ -22,8 +22,10 @@ from typing import NoReturn
 
 import platformdirs
 
+from relay.backend import Unavailable
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
+from relay.tls import TLSSetupError, server_context
 from wire import identity as ident
 
 PROG = "sapo-relay"
@@ -103,6 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="connections admitted from one IP address (default: no cap)")
     ap.add_argument("--max-swarms", type=_positive(int), default=d.max_swarms)
     ap.add_argument("--compression", action="store_true", help="enable permessage-deflate (costs relay CPU)")
+    ap.add_argument("--redis", metavar="URL", default=os.environ.get("SAPO_RELAY_REDIS"),
+                    help="keep the pool and stats in Redis, redis://HOST:PORT/DB, shared by every relay replica "
+                         "given the same URL (default: $SAPO_RELAY_REDIS, else in this process and SQLite)")
+    ap.add_argument("--redis-prefix", default=d.redis_prefix,
+                    help="prefix of this relay's Redis keys (default: %(default)s)")
+    ap.add_argument("--tls-cert", type=Path, metavar="FILE",
+                    help="PEM certificate (then any intermediates): serve wss:// and https:// (needs --tls-key)")
+    ap.add_argument("--tls-key", type=Path, metavar="FILE", help="PEM private key of --tls-cert, unencrypted")
+    ap.add_argument("--no-status-page", dest="status_page", action="store_false",
+                    help="do not serve the public status page (/, /swarm/NAME, /api/...)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
 
@@ -141,6 +153,14 @@ def _node_id_of(text: str) -> str | None:
 
 
 def config_from_args(args: argparse.Namespace) -> RelayConfig:
+    """The relay's config; ValueError (one line) on a bad value, an unusable certificate or key included."""
+    config = _config(args)
+    if config.tls_cert is not None and config.tls_key is not None:
+        server_context(config.tls_cert, config.tls_key)  # now, so a bad pair is exit 2 before anything starts
+    return config
+
+
+def _config(args: argparse.Namespace) -> RelayConfig:
     return RelayConfig(
         data_dir=args.data_dir,
         host=args.host,
@@ -162,6 +182,11 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         max_peers_per_address=args.max_peers_per_address,
         max_swarms=args.max_swarms,
         compression=args.compression,
+        redis_url=args.redis or None,
+        redis_prefix=args.redis_prefix,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        status_page=args.status_page,
     )
 
 
@@ -207,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         asyncio.run(_run(config))
+    except Unavailable as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    except TLSSetupError as exc:  # the files changed after the check above
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     except sqlite3.Error as exc:
         print(f"{PROG}: cannot open the stats database in {config.data_dir}: {exc}", file=sys.stderr)
         return 1

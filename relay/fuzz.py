@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import random
+import shlex
 import sys
 import tempfile
 import time
@@ -262,10 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=10_000)
     ap.add_argument("--connections", type=int, default=4, help="hostile connections at a time")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--relay-args", default="",
+                    help="more sapo-relay arguments, e.g. '--redis redis://127.0.0.1:6379/0' (the Redis backend)")
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="sapo-fuzz-"))
-    relay = spawn_relay(["--rate", "1e6", "--burst", "1000000", "--bytes-rate", "1e10", "--groups-per-minute", "1000000"],
-                        workdir)
+    relay = spawn_relay(["--rate", "1e6", "--burst", "1000000", "--bytes-rate", "1e10", "--groups-per-minute", "1000000",
+                         *shlex.split(args.relay_args)], workdir)
     print(f"relay: spawned pid {relay.proc.pid} at {relay.url}")
     try:
         tally, served, failures, took = asyncio.run(fuzz(relay.url, args.frames, args.connections, args.seed))

@@ -82,8 +82,9 @@ class SimNode:
         swarm: str = "loadgen",
         identity: Identity | None = None,
         token: str | None = None,
+        model: str = "sim-model",
     ) -> None:
-        self.url, self.swarm, self.token = url, swarm, token
+        self.url, self.swarm, self.token, self.model = url, swarm, token, model
         self.identity = identity or Identity.generate()
         self.node_id = self.identity.node_id
         self.name = display_name(self.node_id)
@@ -93,7 +94,7 @@ class SimNode:
         """Open the connection, say hello, sign the challenge; return the reply (Welcome, or an Error before a close)."""
         self.ws = await connect(self.url, max_size=p.MAX_FRAME_BYTES, open_timeout=timeout, compression=None)
         hello = p.Hello(
-            swarm=self.swarm, public_key=self.identity.public_key, model="sim-model",
+            swarm=self.swarm, public_key=self.identity.public_key, model=self.model,
             client_version=CLIENT_VERSION, token=self.token,
         )  # fmt: skip
         reply = await self.request(hello, timeout)
@@ -269,7 +270,8 @@ async def _worker_main(cfg: dict[str, Any], first: int, count: int, ready: Any, 
     res = WorkerResult()
     rng = random.Random(cfg["seed"] + first)
     nodes = [
-        SimNode(cfg["url"], swarm=f"loadgen-{(first + i) % cfg['swarms']}", token=cfg["token"],
+        SimNode(cfg["urls"][(first + i) % len(cfg["urls"])], swarm=f"loadgen-{(first + i) % cfg['swarms']}",
+                token=cfg["token"],
                 identity=Identity.from_seed(rng.randbytes(32)))
         for i in range(count)
     ]  # fmt: skip
@@ -344,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m relay.loadgen", description=__doc__.split("\n")[0])
     target = ap.add_mutually_exclusive_group(required=True)
     target.add_argument("--spawn", action="store_true", help="start a relay on a free loopback port, and stop it after")
-    target.add_argument("--url", help="an already running relay, e.g. ws://127.0.0.1:8765")
+    target.add_argument("--url", help="an already running relay, e.g. ws://127.0.0.1:8765; several replicas "
+                                      "comma-separated: nodes spread over them in turn, as a load balancer would")
     ap.add_argument("--relay-pid", type=int, help="with --url: the relay's pid, to report its RSS and CPU")
     ap.add_argument(
         "--relay-args",
@@ -376,13 +379,14 @@ def main(argv: list[str] | None = None) -> int:
         url, pid, http = relay.url, relay.proc.pid, relay.http
         print(f"relay: spawned pid {pid} at {url} with {args.relay_args!r}")
     else:
-        url, pid, http = args.url, args.relay_pid, "http" + args.url.removeprefix("ws")
+        url, pid = args.url, args.relay_pid
+        http = "http" + url.split(",")[0].strip().removeprefix("ws")  # /metrics and /healthz of the first
     watched = psutil.Process(pid) if pid else None
     cfg = {
         k: getattr(args, k)
         for k in ("nodes", "rate", "seconds", "swarms", "sample_n", "completions", "chars", "token", "seed")
     }
-    cfg["url"] = url
+    cfg["urls"] = [u.strip() for u in url.split(",") if u.strip()]
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     shares = [args.nodes // args.procs + (i < args.nodes % args.procs) for i in range(args.procs)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 if TYPE_CHECKING:
     from relay.server import Relay
@@ -17,8 +17,12 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         Gauge("sapo_relay_peers", "Nodes connected (after hello)", registry=r).set_function(lambda: relay.peer_count)
         Gauge("sapo_relay_swarms", "Swarms with connected nodes", registry=r).set_function(lambda: len(relay.peers))
-        Gauge("sapo_relay_pool_groups", "Groups in the pool", registry=r).set_function(lambda: relay.pool.groups)
-        Gauge("sapo_relay_pool_bytes", "Pool size in bytes", registry=r).set_function(lambda: relay.pool.bytes)
+        # With Redis these are swarm-wide (every replica's groups), read once a second.
+        Gauge("sapo_relay_pool_groups", "Groups in the pool", registry=r).set_function(
+            lambda: relay.backend.pool_groups)
+        Gauge("sapo_relay_pool_bytes", "Pool size in bytes", registry=r).set_function(lambda: relay.backend.pool_bytes)
+        Gauge("sapo_relay_backend_up", "1 while the pool and stats (embedded or Redis) can be reached",
+              registry=r).set_function(lambda: 1 if relay.backend.healthy else 0)
         self.connections = Counter("sapo_relay_connections", "WebSocket connections opened", registry=r)
         self.messages = Counter("sapo_relay_messages", "Valid messages received, by type", ["type"], registry=r)
         self.groups_in = Counter("sapo_relay_groups_received", "Groups published", registry=r)
@@ -43,5 +47,7 @@ class Metrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        # process_resident_memory_bytes, process_cpu_seconds_total, open fds (Linux): per replica, beside the rest.
+        ProcessCollector(registry=r)
         for kind in ("hello", "publish", "sample", "stats", "report", "refused"):
             self.latency.labels(kind)  # show every series from the start, at zero

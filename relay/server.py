@@ -9,6 +9,10 @@ A node is admitted only after it signs a fresh challenge with the key its id is 
 from, so nobody can connect (or knock a node off) as someone else. Every published group
 must carry its author's signature, checked here before it is pooled (and again by every
 receiver); "adopted" is counted only from a receiver's signed report of what it trained.
+
+The pool and stats live in a ``relay.backend.Backend``: in this process (the default) or in Redis,
+shared by several replicas (``RelayConfig.redis_url``). When Redis cannot be reached, requests are
+answered with ``Code.UNAVAILABLE`` and ``/healthz`` says 503 until it is back.
 """
 
 from __future__ import annotations
@@ -19,9 +23,8 @@ import hmac
 import json
 import logging
 import secrets
-import statistics
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +36,18 @@ from websockets.http11 import Request, Response
 
 from wire import identity as ident
 from wire import protocol as p
+from relay.backend import STATS_FILE, Backend, EmbeddedBackend, Unavailable
 from relay.metrics import Metrics
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
+from relay.status import SWARM_NAME, relay_status, swarm_status
+from relay.status_page import CSP, HTML
+from relay.tls import server_context
 
 log = logging.getLogger("relay.server")
 
 SERVER_VERSION = "sapo-relay/0.1.0"
-STATS_FILE = "relay-stats.sqlite3"
+__all__ = ["STATS_FILE", "Relay", "RelayConfig"]
 _TAGS: dict[type, str] = {
     cls: str(cls.__struct_config__.tag)
     for cls in (*p.CLIENT_MESSAGES, p.Challenge, p.Welcome, p.Ack, p.Groups, p.StatsReply, p.Error)
@@ -72,6 +79,11 @@ class RelayConfig:
     max_swarms: int = 256
     flush_interval_s: float = 1.0
     compression: bool = False  # permessage-deflate: less bandwidth, much more relay CPU
+    redis_url: str | None = None  # redis://HOST:PORT/DB: pool and stats in Redis, shared by replicas
+    redis_prefix: str = "sapo"  # Redis key prefix (several deployments can share one Redis)
+    tls_cert: Path | None = None  # both set: serve wss:// and https:// (relay/tls.py)
+    tls_key: Path | None = None
+    status_page: bool = True  # GET / and /swarm/NAME, and their JSON under /api/ (public: relay/status.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -94,6 +106,14 @@ class RelayConfig:
                 raise ValueError(f"{name} must be 1..{most}")
         if self.max_completions < 2:
             raise ValueError("max_completions must be at least 2 (a group needs two answers to compare)")
+        if self.redis_url is not None:
+            from relay.redis_backend import check_redis_url
+
+            check_redis_url(self.redis_url)
+        if not self.redis_prefix or not self.redis_prefix.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"redis_prefix must be letters, digits, - or _, not {self.redis_prefix!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
 
 
 class TokenBucket:
@@ -120,6 +140,7 @@ class _Session:
     node_id: str  # derived from public_key, which signed this connection's challenge
     public_key: bytes
     address: str
+    model: str  # as the peer announced it: shown on the status page as text only
     messages: TokenBucket
     bytes: TokenBucket
     errors: TokenBucket
@@ -130,8 +151,13 @@ class Relay:
 
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
-        self.pool = Pool(config.pool)
-        self.stats: StatsStore | None = None
+        self.backend: Backend
+        if config.redis_url is not None:
+            from relay.redis_backend import RedisBackend
+
+            self.backend = RedisBackend(config.redis_url, config.pool, prefix=config.redis_prefix)
+        else:
+            self.backend = EmbeddedBackend(config.pool, config.data_dir)
         self.metrics = Metrics(self)
         self.peers: dict[str, dict[str, _Session]] = {}  # swarm -> node_id -> session
         self.per_address: dict[str, int] = {}  # admitted sessions per remote address
@@ -157,6 +183,15 @@ class Relay:
         )
 
     @property
+    def pool(self) -> Pool | None:
+        """The in-memory pool (embedded backend only; tests look inside it)."""
+        return self.backend.pool if isinstance(self.backend, EmbeddedBackend) else None
+
+    @property
+    def stats(self) -> StatsStore | None:
+        return self.backend.stats if isinstance(self.backend, EmbeddedBackend) else None
+
+    @property
     def peer_count(self) -> int:
         return sum(len(nodes) for nodes in self.peers.values())
 
@@ -170,9 +205,12 @@ class Relay:
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the stats database, then listen. Raises OSError / sqlite3.Error on bad setup."""
+        """Open the backend (stats database or Redis), then listen. Raises OSError / sqlite3.Error /
+        TLSSetupError / relay.backend.Unavailable on bad setup."""
+        c = self.config
+        tls = server_context(c.tls_cert, c.tls_key) if c.tls_cert is not None and c.tls_key is not None else None
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.stats = StatsStore(self.config.data_dir / STATS_FILE)
+        await self.backend.start()
         try:
             self._server = await serve(
                 self._handle,
@@ -185,13 +223,16 @@ class Relay:
                 max_queue=4,
                 compression="deflate" if self.config.compression else None,
                 close_timeout=5,
+                ssl=tls,
             )
         except BaseException:
-            self.stats.close()
+            await self.backend.close()
             raise
         self.port = self._server.sockets[0].getsockname()[1]
         self._chores = [asyncio.create_task(self._flush_loop()), asyncio.create_task(self._lag_probe())]
-        log.info("listening on ws://%s:%d (data in %s)", self.config.host, self.port, self.config.data_dir)
+        scheme = "wss" if tls is not None else "ws"
+        log.info("listening on %s://%s:%d (%s state, data in %s)", scheme, self.config.host, self.port,
+                 self.backend.kind, self.config.data_dir)
 
     async def stop(self) -> None:
         """Close every connection (1001), wait for handlers, flush stats. Safe to call twice."""
@@ -207,8 +248,7 @@ class Relay:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.stats is not None:
-            self.stats.close()
+        await self.backend.close()
         log.info("stopped")
 
     async def _flush_loop(self) -> None:
@@ -216,16 +256,14 @@ class Relay:
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
             try:
-                self.pool.expire(time.time())
-                assert self.stats is not None
-                await self.stats.flush_async()
+                await self.backend.housekeeping(time.time(), {name: len(nodes) for name, nodes in self.peers.items()})
             except Exception:
                 log.exception("periodic flush failed")
             if time.monotonic() - last_summary >= 60:
                 last_summary = time.monotonic()
                 log.info(
                     "%d peers in %d swarms; pool %d groups, %.1f MiB",
-                    self.peer_count, len(self.peers), self.pool.groups, self.pool.bytes / 2**20,
+                    self.peer_count, len(self.peers), self.backend.pool_groups, self.backend.pool_bytes / 2**20,
                 )  # fmt: skip
 
     async def _lag_probe(self) -> None:
@@ -237,19 +275,46 @@ class Relay:
 
     # --- plain HTTP -----------------------------------------------------------------
 
-    def _http(self, conn: ServerConnection, request: Request) -> Response | None:
+    def _http(self, conn: ServerConnection, request: Request) -> Response | None | Awaitable[Response | None]:
         path = request.path.partition("?")[0]
         if path == "/healthz":
+            healthy = self.backend.healthy
             body = {
-                "status": "ok",
+                "status": "ok" if healthy else "unavailable",
                 "version": SERVER_VERSION,
+                "state": self.backend.kind,
                 "peers": self.peer_count,
-                "pool_groups": self.pool.groups,
+                "pool_groups": self.backend.pool_groups,
             }
-            return _response(conn, json.dumps(body), "application/json")
+            # Non-200 when the shared state is unreachable, so a load balancer stops sending nodes here.
+            return _response(conn, json.dumps(body), "application/json", 200 if healthy else 503)
         if path == "/metrics":
             return _response(conn, generate_latest(self.metrics.registry).decode(), CONTENT_TYPE_LATEST)
-        return None  # a websocket handshake (or websockets' own 4xx)
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return None  # a node connecting (at any path, "/" included)
+        return self._status_http(conn, path)  # a coroutine: websockets awaits it
+
+    async def _status_http(self, conn: ServerConnection, path: str) -> Response | None:
+        """The status page and its JSON (relay/status.py); a 404 for anything else that is not a websocket."""
+        if self.config.status_page:
+            if path == "/" or (path.startswith("/swarm/") and SWARM_NAME.match(path[7:])):
+                response = _response(conn, HTML, "text/html; charset=utf-8")
+                response.headers["Content-Security-Policy"] = CSP
+                response.headers["X-Content-Type-Options"] = "nosniff"
+                response.headers["Referrer-Policy"] = "no-referrer"
+                return response
+            try:
+                if path == "/api/swarms":
+                    return _response(conn, json.dumps(await relay_status(self)), "application/json")
+                if path.startswith("/api/swarm/") and SWARM_NAME.match(path[11:]):
+                    return _response(conn, json.dumps(await swarm_status(self, path[11:])), "application/json")
+            except Unavailable:
+                return _response(conn, json.dumps({"error": "unavailable"}), "application/json", 503)
+        if path == "/" or path.startswith(("/swarm/", "/api/")):
+            response = conn.respond(404, "not found\n")
+            response.headers["Cache-Control"] = "no-store"
+            return response
+        return None  # websockets' own answer (426: a websocket endpoint)
 
     # --- websocket --------------------------------------------------------------------
 
@@ -306,11 +371,16 @@ class Relay:
             return None
         mono, now, c = time.monotonic(), time.time(), self.config
         session = _Session(
-            ws, hello.swarm, node_id, hello.public_key, address,
+            ws, hello.swarm, node_id, hello.public_key, address, hello.model,
             messages=TokenBucket(c.rate_per_s, c.burst, mono),
             bytes=TokenBucket(c.bytes_per_s, c.bytes_burst, mono),
             errors=TokenBucket(c.error_per_s, c.error_burst, mono),
         )  # fmt: skip
+        try:
+            await self.backend.touch(hello.swarm, node_id, now)
+        except Unavailable:
+            await self._refuse(ws, _UNAVAILABLE)
+            return None
         swarm = self.peers.setdefault(hello.swarm, {})
         old = swarm.get(node_id)
         if old is not None:
@@ -318,10 +388,12 @@ class Relay:
             self._spawn(self._refuse(old.ws, p.ProtocolError(p.Code.REPLACED, "this node connected again")))
         swarm[node_id] = session
         self.per_address[address] = self.per_address.get(address, 0) + 1
-        assert self.stats is not None
-        self.stats.touch(hello.swarm, node_id, now)
         self.metrics.messages.labels("hello").inc()
-        welcome = p.Welcome(node_id=node_id, peers=len(swarm), limits=self._limits, server_version=SERVER_VERSION)
+        try:
+            peers = await self.backend.peers_online(hello.swarm, len(swarm))
+        except Unavailable:
+            peers = len(swarm)
+        welcome = p.Welcome(node_id=node_id, peers=peers, limits=self._limits, server_version=SERVER_VERSION)
         await ws.send(p.encode_bytes(welcome), text=True)
         log.debug("hello from %s in swarm %r", node_id, hello.swarm)
         return session
@@ -368,8 +440,7 @@ class Relay:
             del swarm[session.node_id]
             if not swarm:
                 del self.peers[session.swarm]
-            if self.stats is not None:
-                self.stats.touch(session.swarm, session.node_id, time.time())  # last seen now
+            self.backend.seen(session.swarm, session.node_id, time.time())  # last seen now
 
     async def _serve(self, s: _Session) -> None:
         while True:
@@ -380,11 +451,15 @@ class Relay:
                 self._check_rate(s, frame)
                 msg = self._decode(frame)
                 kind = _TAGS[type(msg)]
-                reply = self._dispatch(s, msg)
+                try:
+                    reply = await self._dispatch(s, msg)
+                except Unavailable:
+                    raise _UNAVAILABLE from None
                 self.metrics.messages.labels(kind).inc()
             except p.ProtocolError as err:
                 self.metrics.rejections.labels(err.code).inc()
-                if not s.errors.take(1.0, time.monotonic()):
+                # The relay's own outage is not the peer's fault: it does not count towards a close.
+                if err.code != p.Code.UNAVAILABLE and not s.errors.take(1.0, time.monotonic()):
                     await self._refuse(s.ws, p.ProtocolError(p.Code.ABUSE, "too many refused messages"))
                     return
                 reply = p.encode_bytes(err.to_message())
@@ -415,45 +490,35 @@ class Relay:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    # --- requests (synchronous: no interleaving within a request) -----------------------
+    # --- requests (each backend call is atomic: in-process without awaiting, or one Redis script) ---
 
-    def _dispatch(self, s: _Session, msg: p.Message) -> bytes:
+    async def _dispatch(self, s: _Session, msg: p.Message) -> bytes:
         now = time.time()
-        assert self.stats is not None
         if isinstance(msg, p.Publish):
-            return self._publish(s, msg, now)
+            return await self._publish(s, msg, now)
         if isinstance(msg, p.Sample):
-            got = self.pool.sample(
+            payloads = await self.backend.sample(
                 s.swarm, s.node_id, msg.n,
                 max_age_s=msg.max_age_s, now=now, tasks=msg.tasks, unseen_only=msg.unseen_only,
                 max_bytes=p.MAX_FRAME_BYTES - 1024,
             )  # fmt: skip
-            self.metrics.groups_out.inc(len(got.payloads))
-            return p.encode_groups(got.payloads)
+            self.metrics.groups_out.inc(len(payloads))
+            return p.encode_groups(payloads)
         if isinstance(msg, p.StatsRequest):
-            me = self.stats.node(s.swarm, s.node_id)
-            assert me is not None  # touched at hello
-            reply = p.StatsReply(
-                peers_online=len(self.peers.get(s.swarm, ())),
-                groups_per_minute=float(self.stats.groups_per_minute(s.swarm, now)),
-                leaderboard=[row.to_row() for row in self.stats.leaderboard(s.swarm, p.LEADERBOARD_ROWS, now)],
-                you=me.to_row(),
-            )
+            reply = await self.backend.stats_reply(s.swarm, s.node_id, now, len(self.peers.get(s.swarm, ())))
             return p.encode_bytes(reply)
         if isinstance(msg, p.Report):
-            return self._report(s, msg, now)
+            return await self._report(s, msg, now)
         if isinstance(msg, (p.Hello, p.Auth)):
             raise p.ProtocolError(p.Code.UNEXPECTED, "hello was already said on this connection")
         raise p.ProtocolError(p.Code.UNEXPECTED, f"{_TAGS[type(msg)]} is sent by the relay, not to it")
 
-    def _publish(self, s: _Session, msg: p.Publish, now: float) -> bytes:
-        assert self.stats is not None
+    async def _publish(self, s: _Session, msg: p.Publish, now: float) -> bytes:
         accepted, rejected = 0, []
         for i, (group, signature) in enumerate(zip(msg.groups, msg.signatures, strict=True)):
-            reason = self._pool_one(s, group, signature, now)
+            reason = await self._pool_one(s, group, signature, now)
             if reason is None:
                 accepted += 1
-                self.stats.record_publish(s.swarm, s.node_id, statistics.fmean(group.rewards), group.round, now)
             else:
                 rejected.append(p.Rejection(index=i, reason=reason))
                 self.metrics.rejections.labels(reason).inc()
@@ -464,7 +529,7 @@ class Relay:
             raise p.ProtocolError(p.Code.ABUSE, "too many groups with bad signatures")
         return p.encode_bytes(p.Ack(accepted=accepted, rejected=rejected))
 
-    def _pool_one(self, s: _Session, group: p.Group, signature: bytes, now: float) -> str | None:
+    async def _pool_one(self, s: _Session, group: p.Group, signature: bytes, now: float) -> str | None:
         """Why one published group is refused, or None once it is pooled. Cheapest checks first."""
         c = self.config
         if (len(group.completions) > c.max_completions or len(group.question) > c.max_question_chars
@@ -473,7 +538,7 @@ class Relay:
             return "over_limits"
         if not group.has_spread():
             return "zero_advantage"
-        if not self.pool.take_publish_token(s.swarm, s.node_id, now):
+        if not await self.backend.take_publish_token(s.swarm, s.node_id, now):
             return "rate_limited"
         if not p.group_signature_ok(s.public_key, signature, s.swarm, group):
             return "bad_signature"
@@ -482,22 +547,16 @@ class Relay:
         payload = p.encode_bytes(shared)
         if len(payload) > p.MAX_SHARED_GROUP_BYTES:
             return "too_big"
-        return self.pool.add(
-            s.swarm, s.node_id, dataset=group.spec.dataset, key=group.spec.key(), digest=p.group_digest(group),
-            payload=payload, has_spread=True, now=now,
-        )  # fmt: skip
+        return await self.backend.publish(s.swarm, s.node_id, group, key=group.spec.key(),
+                                          digest=p.group_digest(group), payload=payload, now=now)
 
-    def _report(self, s: _Session, msg: p.Report, now: float) -> bytes:
+    async def _report(self, s: _Session, msg: p.Report, now: float) -> bytes:
         """A signed "round done, trained these": rounds for the sender, adoption for the authors."""
-        assert self.stats is not None
         if not p.report_signature_ok(s.public_key, msg.signature, s.swarm, msg.round, msg.trained):
             raise p.ProtocolError(p.Code.UNAUTHORIZED, "the report's signature does not match this node's key")
-        self.stats.record_round(s.swarm, s.node_id, msg.round, now)
-        credited = self.pool.adopt(s.swarm, s.node_id, msg.trained)
-        for author in credited:
-            self.stats.record_adoption(s.swarm, author)
-        self.metrics.adoptions.inc(len(credited))
-        return p.encode_bytes(p.Ack(accepted=len(credited)))
+        credited = await self.backend.report(s.swarm, s.node_id, msg.round, msg.trained, now)
+        self.metrics.adoptions.inc(credited)
+        return p.encode_bytes(p.Ack(accepted=credited))
 
 
 def _address(ws: ServerConnection) -> str:
@@ -505,8 +564,12 @@ def _address(ws: ServerConnection) -> str:
     return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
-def _response(conn: ServerConnection, body: str, content_type: str) -> Response:
-    response = conn.respond(200, body)
+_UNAVAILABLE = p.ProtocolError(p.Code.UNAVAILABLE, "the relay cannot reach its shared state (Redis) now; "
+                                                    "try again shortly or another relay")
+
+
+def _response(conn: ServerConnection, body: str, content_type: str, status: int = 200) -> Response:
+    response = conn.respond(status, body)
     del response.headers["Content-Type"]
     response.headers["Content-Type"] = content_type
     response.headers["Cache-Control"] = "no-store"

@@ -168,6 +168,10 @@ class StatsStore:
             self._swarms[swarm] = nodes
         return nodes
 
+    def has_swarm(self, swarm: str) -> bool:
+        """Whether this swarm's rows are in memory (a node of it was seen since start); never loads them."""
+        return swarm in self._swarms
+
     def node(self, swarm: str, node_id: str) -> NodeStats | None:
         return self._swarm(swarm).get(node_id)
 

@@ -57,3 +57,13 @@ def gemma_gguf() -> Path:
         reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.fail(f"the Gemma test fixture could not be fetched ({script.name}): {reason}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    """A real redis-server on 127.0.0.1 (no persistence), stopped after the test."""
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()

@@ -78,6 +78,8 @@ def test_unsupported_architecture(data, tmp_path):
     (["--no-such-flag"], "unrecognized"),
     (["--optimizer", "lion"], "optimizer"),
     (["--relay", "http://example"], "relay URL"),
+    (["--relay", "ws://a:1,http://example"], "relay URL"),  # a list of replicas: each one checked
+    (["--relay", " , "], "relay must be one or more URLs"),
 ])
 def test_invalid_settings(data, flags, needle):
     assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", "smollm2-135m", *flags), needle)

@@ -137,8 +137,8 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     seen = sum(e["external_groups"] + e["rejected_groups"] for e in rounds)
     assert 0 < seen <= len(published)  # the relay hands out what fits its frames; each seen one is accounted for
     # Every refusal is counted, by reason and by sender, and none is for a hang or a dead worker.
-    # (question_mismatch: reasoning-gym's polynomial_multiplication words its questions by Python's
-    # per-process string hashing, so no receiver regenerates a sender's question; docs/SECURITY.md.)
+    # (question_mismatch: reasoning-gym's polynomial_multiplication words its questions by Python's string
+    # hashing; nodes run with one hash seed (engine/hashseed.py), but this test's sender is the pytest process.)
     assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch"}, reasons
     assert reasons.get("question_mismatch", 0) <= 1
     assert rounds[-1]["rejected_by_sender"].get(EVIL.node_id, 0) == sum(v for k, v in reasons.items() if k != "token_share")

@@ -88,3 +88,19 @@ def test_sigterm_flushes_stats(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "data" / STATS_FILE) as db:
         row = db.execute("SELECT groups_shared FROM nodes WHERE node_id = ?", (node.node_id,)).fetchone()
     assert row == (1,)
+
+
+@pytest.mark.parametrize("url", ["http://redis:6379", "redis://", "redis://h:99999/0", "redis://h:6379/x"])
+def test_bad_redis_url(url: str, tmp_path: Path) -> None:
+    done = relay_cli("--port", "0", "--data-dir", str(tmp_path), "--redis", url)
+    assert done.returncode == 2
+    assert "--redis" in one_clear_line(done.stderr)
+
+
+def test_unreachable_redis_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = relay_cli("--port", "0", "--data-dir", str(tmp_path), "--redis", f"redis://127.0.0.1:{port}/0")
+    assert done.returncode == 1
+    assert "cannot reach Redis" in one_clear_line(done.stderr)

@@ -1,4 +1,5 @@
-"""The relay end to end: a real server on 127.0.0.1 (ephemeral port), real websocket clients."""
+"""The relay end to end: a real server on 127.0.0.1 (ephemeral port), real websocket clients; the rules and the
+hostile frames marked both_backends run against the embedded pool and against Redis (a real redis-server)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,25 @@ def run(scenario: Callable[[], Awaitable[None]], limit: float = 20) -> None:
     asyncio.run(bounded())
 
 
+REDIS_URL: str | None = None  # set by the backend fixture for tests marked both_backends
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def backend(request: pytest.FixtureRequest) -> Any:
+    """The same hostile frames, limits and rules against both backends (a real redis-server for the second)."""
+    global REDIS_URL
+    REDIS_URL = request.getfixturevalue("redis_server").url if request.param == "redis" else None
+    yield request.param
+    REDIS_URL = None
+
+
+both_backends = pytest.mark.usefixtures("backend")
+
+
 @contextlib.asynccontextmanager
 async def relay(tmp_path: Path, **config: Any) -> AsyncIterator[Relay]:
+    if REDIS_URL is not None:
+        config.setdefault("redis_url", REDIS_URL)
     async with Relay(RelayConfig(data_dir=tmp_path, port=0, **config)) as r:
         yield r
 
@@ -88,6 +106,7 @@ def http(r: Relay, path: str) -> tuple[int, str, str]:
         return resp.status, resp.headers["Content-Type"], resp.read().decode()
 
 
+@both_backends
 def test_publish_sample_round_trip_and_never_own(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -107,6 +126,7 @@ def test_publish_sample_round_trip_and_never_own(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_swarms_are_isolated(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -119,6 +139,7 @@ def test_swarms_are_isolated(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_token_is_required_when_set(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path, token="s3cret") as r:
@@ -132,6 +153,7 @@ def test_token_is_required_when_set(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_zero_advantage_groups_are_refused_and_never_sampled(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -143,6 +165,7 @@ def test_zero_advantage_groups_are_refused_and_never_sampled(tmp_path: Path) -> 
     run(scenario)
 
 
+@both_backends
 def test_task_restriction(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -168,6 +191,7 @@ def test_pool_limits_apply(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -199,6 +223,7 @@ def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> No
     run(scenario)
 
 
+@both_backends
 def test_first_message_must_be_hello_in_time(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -217,6 +242,7 @@ def test_first_message_must_be_hello_in_time(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_rate_limit_then_close_on_abuse(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path, rate_per_s=0.001, burst=3, error_per_s=0.001, error_burst=2) as r:
@@ -296,6 +322,7 @@ def test_crashing_handler_is_closed_1011_and_others_go_on(tmp_path: Path, monkey
     run(scenario)
 
 
+@both_backends
 def test_same_node_again_replaces_the_old_connection(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -310,6 +337,7 @@ def test_same_node_again_replaces_the_old_connection(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_healthz_and_metrics_over_plain_http(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -344,6 +372,7 @@ def test_bad_config_is_refused() -> None:
             RelayConfig(data_dir=Path("."), **bad)
 
 
+@both_backends
 def test_welcome_announces_the_limits_the_relay_enforces(tmp_path: Path) -> None:
     async def scenario() -> None:
         pool = PoolLimits(per_author=7, groups_per_minute=3)
@@ -363,6 +392,7 @@ def test_welcome_announces_the_limits_the_relay_enforces(tmp_path: Path) -> None
     run(scenario)
 
 
+@both_backends
 def test_same_content_from_another_author_is_refused(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
@@ -377,6 +407,7 @@ def test_same_content_from_another_author_is_refused(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_allow_list_admits_only_listed_keys(tmp_path: Path) -> None:
     async def scenario() -> None:
         friend = Identity.generate()
@@ -391,6 +422,7 @@ def test_allow_list_admits_only_listed_keys(tmp_path: Path) -> None:
     run(scenario)
 
 
+@both_backends
 def test_connections_per_address_can_be_capped(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path, max_peers_per_address=2) as r:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import SapoError
-from engine.swarm import SwarmClient, check_relay_url
+from engine.swarm import SwarmClient, check_relay_url, check_relay_urls
 from engine.tasks import QuestionStream, build_mix
 from wire.identity import Identity
 from wire.protocol import Group, group_digest, shared_group_ok
@@ -86,3 +86,37 @@ def test_unreachable_relay_degrades_and_reconnects(relay):
 def test_bad_relay_urls(url):
     with pytest.raises(SapoError, match="relay URL"):
         check_relay_url(url)
+
+
+def test_several_relay_urls_are_replicas_tried_in_turn():
+    assert check_relay_urls("ws://a:1, wss://b:2,ws://a:1,") == ["ws://a:1", "wss://b:2"]
+    for bad in ("", " , ", "ws://a:1,http://b:2", "ws://a:1,ws://b:99999"):
+        with pytest.raises(SapoError, match="relay"):
+            check_relay_urls(bad)
+
+
+def test_a_dead_relay_in_the_list_is_passed_over(tmp_path):
+    alive = RelayProcess(tmp_path / "alive").start()
+    try:
+        log: list[str] = []
+        dead = f"ws://127.0.0.1:{RelayProcess(tmp_path / 'never').port}"  # nothing listens there
+        c = SwarmClient(f"{dead},{alive.url}", "test", A, "m", None, on_status=log.append, timeout_s=5)
+        assert not c.ensure_connected() and c.url == alive.url
+        assert any(f"retrying with {alive.url}" in m for m in log)
+        c._next_try = 0  # skip the backoff wait
+        assert c.ensure_connected() and any(m.startswith(f"connected to relay {alive.url}") for m in log)
+        c.close()
+    finally:
+        alive.stop()
+
+
+@pytest.mark.parametrize("text", ["ws://a:1", "ws://a:1,wss://b:2", "", "ws://a:1,http://b:2", "ws://a:1,ws://b:99999"])
+def test_the_apps_relay_url_rule_agrees_with_the_engines(text):
+    from app.forms import relay_problem
+
+    try:
+        check_relay_urls(text)
+        engine_ok = True
+    except SapoError:
+        engine_ok = False
+    assert (relay_problem(text) is None) == engine_ok

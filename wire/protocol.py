@@ -408,6 +408,7 @@ class Code:
     ABUSE = "abuse"  # too many refused frames: the connection is closed
     REPLACED = "replaced"  # the same node (same key) connected again
     FULL = "full"  # the relay is at its peer or swarm limit
+    UNAVAILABLE = "unavailable"  # the relay's shared state (Redis) is unreachable: try again, or another relay
     INTERNAL = "internal"
 
 
@@ -424,6 +425,7 @@ CLOSE_CODES: Final[dict[str, int]] = {
     Code.ABUSE: 1008,
     Code.REPLACED: 1008,
     Code.FULL: 1013,
+    Code.UNAVAILABLE: 1013,  # "try again later"
     Code.INTERNAL: 1011,
 }
 

@@ -1,0 +1,82 @@
+"""What the status page shows, as plain JSON-ready dicts: the one place that gathers it.
+
+``swarm_status`` (one swarm) and ``relay_status`` (the swarms this relay serves) read only the
+relay's own connections and its backend's read-only views (``relay.backend``: ``peers_online``,
+``pool_size``, ``groups_per_minute``, ``leaderboard``), so with replicas on Redis the numbers are
+the whole swarm's. Both are coroutines for that reason: a shared store is read with awaits (the
+in-memory backend answers at once). Redis unreachable: ``relay.backend.Unavailable``.
+
+Everything here is public: anyone who can reach the relay's port can read it (see
+docs/DEPLOY.md). It holds no token, no key, no address; node ids are already public (every
+group a node shares carries its id and key). A URL names a swarm, so a request for an unknown
+swarm must not create state: such swarms are answered with zeros, and nothing is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from wire.identity import display_name
+from wire.protocol import LEADERBOARD_ROWS
+
+if TYPE_CHECKING:
+    from relay.server import Relay
+
+SWARM_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # wire.protocol.SwarmName
+MAX_SWARMS_LISTED = 100
+MAX_MODELS_LISTED = 10
+MODEL_CHARS = 48  # a model name is chosen by its peer: shown short, and only as text
+
+
+async def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> dict[str, Any]:
+    """Peers online, groups per minute, pool size, models online and the leaderboard of one swarm."""
+    now = time.time() if now is None else now
+    backend = relay.backend
+    sessions = relay.peers.get(swarm, {})  # this relay's own connections
+    # A URL naming a swarm nobody uses must not load or create any state.
+    known = bool(sessions) or await backend.has_swarm(swarm)
+    rows = await backend.leaderboard(swarm, LEADERBOARD_ROWS, now) if known else []
+    models = Counter(s.model[:MODEL_CHARS] for s in sessions.values())  # this relay's nodes only
+    return {
+        "swarm": swarm,
+        "peers_online": await backend.peers_online(swarm, len(sessions)),
+        "groups_per_minute": round(await backend.groups_per_minute(swarm, now)),
+        "pool_groups": await backend.pool_size(swarm),
+        "models": [{"model": m, "peers": n} for m, n in models.most_common(MAX_MODELS_LISTED)],
+        "leaderboard": [
+            {
+                "name": display_name(row.node_id),
+                "node_id": row.node_id,
+                "shared": row.groups_shared,
+                "adopted": row.groups_adopted,
+                "rounds": row.rounds,
+                "online": row.node_id in sessions,  # on this relay; else "last seen"
+                "last_seen_s": max(0, round(now - row.last_seen)),
+            }
+            for row in rows
+        ],
+        "time": round(now, 3),
+    }
+
+
+async def relay_status(relay: Relay, now: float | None = None) -> dict[str, Any]:
+    """The swarms with peers online on this relay, busiest first (at most MAX_SWARMS_LISTED)."""
+    now = time.time() if now is None else now
+    backend = relay.backend
+    busiest = sorted(relay.peers.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:MAX_SWARMS_LISTED]
+    return {
+        "peers_online": relay.peer_count,  # this relay's (with replicas, each lists the swarms it serves)
+        "swarms_online": len(relay.peers),
+        "swarms": [
+            {
+                "swarm": name,
+                "peers_online": await backend.peers_online(name, len(sessions)),
+                "groups_per_minute": round(await backend.groups_per_minute(name, now)),
+            }
+            for name, sessions in busiest
+        ],
+        "time": round(now, 3),
+    }
