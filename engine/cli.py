@@ -6,6 +6,7 @@
     sapo-engine identity [--data-dir DIR] [--json]
     sapo-engine export --data-dir DIR OUT
     sapo-engine verify [settings] GROUP.json
+    sapo-engine baseline [--preset P] [--tasks a,b] [--weights F,..] [--prompts P,..] [--per-task N] [--json]
     sapo-engine experiment [--quick] --out DIR [--agents N] [--rounds R] [--seeds S,..] [--configs C,..] [settings]
     sapo-engine experiment report RUN_DIR... [--plot FILE]
 
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--config", type=Path, help="TOML settings file; flags override it")
     add_setting_flags(ver)
     ver.add_argument("group", type=Path, help="a JSON file holding one wire.protocol.Group")
+
+    base = sub.add_parser("baseline", help="where RL starts: per task, greedy and sampled accuracy of the base "
+                                           "model on the held-out set (weight formats, prompt styles side by side)")
+    from engine.baseline import add_arguments as baseline_arguments
+
+    baseline_arguments(base, _int)
 
     xp = sub.add_parser("experiment", help="N agents on this machine through a local relay: does sharing pay?")
     from engine.experiment import add_arguments
@@ -175,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from engine.verify_cmd import verify_file
 
             return verify_file(args)
+        if args.command == "baseline":
+            from engine.baseline import run as run_baseline
+
+            return run_baseline(args)
         if args.command == "experiment":
             if args.experiment_command == "report":
                 from engine.experiment_report import report

@@ -51,7 +51,8 @@ class NodeConfig:
     model: str | None = setting(None, "catalog name (see 'sapo-engine models') or path to a .gguf file; "
                                       "unset: the best fit for this machine")
     weights: str = setting("auto", "working weight format: auto, as-is, q4_0 or q8_0",
-                           source="measured here (docs/BENCHMARKS.md): auto turns Q4_1 into Q4_0")
+                           source="measured here (docs/BENCHMARKS.md): auto turns Q4_1 into Q8_0, "
+                                  "the fastest format that answers as well as the source")
     # --- tasks ---
     preset: str | None = setting(None, "task preset: easy or paper (auto: easy for models under 0.5B)", auto=True)
     tasks: list[str] | None = setting(None, "comma-separated reasoning-gym datasets (unset: the preset's)")
@@ -59,6 +60,10 @@ class NodeConfig:
     task_config: dict[str, dict[str, Any]] = setting(help="reasoning-gym settings per task", flag=None, factory=dict)
     fewshot: int | None = setting(None, "worked examples in each prompt (auto: 2 for tiny models, else 0)", auto=True,
                                   source="measured here: tiny models rarely use the answer tag without examples")
+    prompts: str = setting("new", "how examples are shown: new (per task, the measured best: a short working "
+                                  "before the answer tag), old (bare tagged answers, system prompt), worked or "
+                                  "worked-nosys (every task alike)",
+                           source="measured here (docs/BENCHMARKS.md, issue 10)")
     format_bonus: float | None = setting(
         None, f"extra reward for a well-formed answer tag, at most {MAX_FORMAT_BONUS} (auto: 0.1 tiny, else 0)",
         auto=True, source="departure from the paper (which has none), for models that start at ~0 reward")
@@ -283,6 +288,8 @@ def validate(cfg: NodeConfig) -> None:
             raise SapoError(message)
 
     need(cfg.weights in ("auto", "as-is", "q4_0", "q8_0"), f"weights must be auto, as-is, q4_0 or q8_0, got {cfg.weights!r}")
+    need(cfg.prompts in ("new", "old", "worked", "worked-nosys"),
+         f"prompts must be new, old, worked or worked-nosys, got {cfg.prompts!r}")
     need(cfg.preset in (None, "easy", "paper"), f"preset must be 'easy' or 'paper', got {cfg.preset!r}")
     need(cfg.local_groups >= 0, f"local groups (I) must be >= 0, got {cfg.local_groups}")
     need(cfg.external_groups >= 0, f"external groups (J) must be >= 0, got {cfg.external_groups}")

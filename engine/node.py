@@ -11,9 +11,11 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
   models of 0.5B and up.
 - format bonus: tiny models get +0.1 for a well-formed ``<answer>`` tag (the paper has no
   shaping); accuracy never counts it.
-- few-shot prompts: tiny models see 2 worked examples per prompt (the paper: none).
+- few-shot prompts: tiny models see 2 worked examples per prompt, each showing a short working before
+  the answer tag (engine/worked.py; the paper: none).
 - easy preset: easier task settings for models under 0.5B, which score ~0 on the defaults.
-- Q4_0 working copy: a Q4_1 GGUF is requantized to Q4_0 for faster sampling (engine/weights.py).
+- Q8_0 working copy: a Q4_1 GGUF is requantized to Q8_0 for faster sampling at the source's quality
+  (engine/weights.py).
 - external groups are re-verified and re-scored by the receiver (the paper trusts peers); the
   receiver trains on its own scores, never the sender's claims, with its own L and max_tokens,
   and external tokens are at most ``external_token_share`` of an update (engine/verify.py).
@@ -52,12 +54,11 @@ from engine.grpo import build_groups
 from engine.llm import LlamaModel
 from engine.policy import attach_lora, load_base, lora_config
 from engine.progress import PhaseReporter, feed_samples
-from engine.rewards import Score, extract_answer, make_score
+from engine.rewards import Score
 from engine.rollout import RolloutGenerator, SamplingParams
 from engine.swarm import SwarmClient
 from engine.trainer import TrainConfig, Trainer
-from engine.safe_scoring import capped
-from engine.sandbox import Job, Sandbox
+from engine.sandbox import Sandbox, score_groups
 from engine.tasks import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
 from engine.verify import Verifier, cap_external_tokens
 from wire import events as ev
@@ -107,7 +108,8 @@ class Node:
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
                                      logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
-        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens)
+        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens,
+                                  cfg.prompts)
         self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
                                model=model_name)
 
@@ -158,6 +160,10 @@ class Node:
             raise SapoError(f"the data dir holds a checkpoint for model {state.model!r}, not {self.model_name!r}; "
                             f"use another --data-dir or the same model")
         self.checkpoints.load_weights(latest, self.policy, self.trainer.optimizer)
+        before, now = Path(state.config.get("model_path") or ""), Path(self.state.config["model_path"])
+        if before.name and before.name != now.name:  # e.g. a Q4_0 working copy from before Q8_0 became auto
+            self.events.status(f"the checkpoint was trained on {before.name}; continuing on {now.name} "
+                               f"(set weights to use the same file)")
         self.state.round, self.state.history = state.round, state.history
         self.stream.state = StreamState(**state.stream)
         self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
@@ -167,16 +173,13 @@ class Node:
     # --- prompts and scoring ---
     def score(self, groups: list[tuple[Question, list[Completion]]]) -> list[list[Score]]:
         """Scores for each group's completions: one sandbox job per group, run in parallel."""
-        jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]
         t0 = time.perf_counter()
-        results = self.sandbox.run(jobs)
+        scored = score_groups(self.sandbox, groups, self.cfg.format_bonus)
         self.score_s += time.perf_counter() - t0
-        out = []
-        for (q, cs), result in zip(groups, results):
+        for (q, _), (_, result) in zip(groups, scored):
             if not result.ok:  # our own model wrote something a scorer choked on: those answers score 0
                 self.events.warning(f"scoring a {q.spec.dataset} group failed ({result.reason}); its answers score 0")
-            out.append([make_score(ts, c.text, self.cfg.format_bonus) for ts, c in zip(result.scores, cs)])
-        return out
+        return [scores for scores, _ in scored]
 
     def rollout(self, questions: list[Question], params: SamplingParams | None = None,
                 n: int | None = None, greedy: int = 0) -> list[ScoredGroup]:

@@ -80,6 +80,19 @@ def failed(job: Job, reason: str, seconds: float = 0.0) -> Result:
     return Result([0.0] * len(job.answers), reason, None, seconds)
 
 
+def score_groups(sandbox: "Sandbox", groups: list[tuple[Any, list[Any]]],
+                 format_bonus: float) -> list[tuple[list[Any], Result]]:
+    """Own completions scored: one job per (Question, completions) group, run in parallel; per group
+    its ``Score``s (engine.rewards) and the job's result (``ok`` False: the scorer failed, all 0)."""
+    from engine.rewards import extract_answer, make_score
+    from engine.safe_scoring import capped
+
+    jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]
+    results = sandbox.run(jobs)
+    return [([make_score(ts, c.text, format_bonus) for ts, c in zip(result.scores, cs)], result)
+            for (q, cs), result in zip(groups, results)]
+
+
 # --- the worker side -------------------------------------------------------------------------
 
 def run_job(job: Job) -> Result:

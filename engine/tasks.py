@@ -32,6 +32,7 @@ import reasoning_gym
 
 from engine.errors import SapoError
 from engine.rewards import ANSWER_CLOSE, ANSWER_OPEN, tagged
+from engine.worked import worked_answer
 from wire.protocol import TaskSpec
 
 # The nine tasks of the paper's controlled experiment, on reasoning-gym's defaults.
@@ -324,10 +325,37 @@ class QuestionStream:
         raise SapoError(f"task {entry.dataset!r}: its settings leave no questions outside the held-out set")
 
 
-def fewshot_messages(entry: TaskEntry, k: int, exclude: frozenset[str] | set[str] = frozenset()) -> list[dict[str, str]]:
+# How a prompt is made (``--prompts``): the examples' assistant turns (bare answers, or a short
+# working first: engine/worked.py) and whether the system prompt comes first.
+PROMPT_STYLES: dict[str, tuple[bool, bool]] = {  # name -> (worked examples, system prompt)
+    "old": (False, True),  # before issue 10: system prompt + bare <answer>N</answer> examples
+    "worked": (True, True),
+    "worked-nosys": (True, False),
+}
+# The style each task gets under "new" (the default), chosen by measurement (docs/BENCHMARKS.md,
+# "Prompts that show the working"); tasks not listed get DEFAULT_STYLE.
+# Easy preset, 8 questions per task (a rough check): bare answers kept where worked examples cut the
+# well-formed rate (0.94 -> 0.31, 0.88 -> 0.44) without raising accuracy; worked elsewhere.
+PROMPT_CHOICE: dict[str, str] = {"base_conversion": "old", "fraction_simplification": "old"}
+DEFAULT_STYLE = "worked"
+
+
+def style_for(dataset: str, prompts: str) -> tuple[bool, bool]:
+    """(worked examples, system prompt) of a task under a ``--prompts`` choice."""
+    if prompts == "new":
+        return PROMPT_STYLES[PROMPT_CHOICE.get(dataset, DEFAULT_STYLE)]
+    if prompts not in PROMPT_STYLES:
+        raise SapoError(f"unknown prompts {prompts!r}: choose new, {', '.join(PROMPT_STYLES)}")
+    return PROMPT_STYLES[prompts]
+
+
+def fewshot_messages(entry: TaskEntry, k: int, exclude: frozenset[str] | set[str] = frozenset(),
+                     worked: bool = False) -> list[dict[str, str]]:
     """k worked examples of a task, as chat turns, from a seed namespace of their own.
 
     ``exclude``: content keys never shown (the held-out set: an example must not give an answer away).
+    ``worked``: the assistant turns show a short working before the tag (engine/worked.py) where
+    the task has one; else just the tagged answer.
     """
     seed = derive_seed("fewshot", entry.dataset, _config_key(entry.config))
     messages: list[dict[str, str]] = []
@@ -335,34 +363,45 @@ def fewshot_messages(entry: TaskEntry, k: int, exclude: frozenset[str] | set[str
     while len(messages) < 2 * k and index < 50:
         q = regenerate(_spec(entry, seed, index))
         index += 1
-        if q.answer and question_key(q) not in exclude:
-            messages += [{"role": "user", "content": q.question},
-                         {"role": "assistant", "content": tagged(q.answer)}]
+        if question_key(q) in exclude:
+            continue
+        reply = worked_answer(entry.dataset, q.entry) if worked else None
+        if reply is None and q.answer:
+            reply = tagged(q.answer)
+        if reply is not None:
+            messages += [{"role": "user", "content": q.question}, {"role": "assistant", "content": reply}]
     return messages
 
 
-def build_messages(question: str, fewshot: list[dict[str, str]]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM_PROMPT}, *fewshot, {"role": "user", "content": question}]
+def build_messages(question: str, fewshot: list[dict[str, str]], system: bool = True) -> list[dict[str, str]]:
+    head = [{"role": "system", "content": SYSTEM_PROMPT}] if system else []
+    return [*head, *fewshot, {"role": "user", "content": question}]
 
 
 class Prompts:
     """A node's prompt for any question: its chat template (``render``), its few-shot examples.
 
     Examples only for tasks of its own mix (a peer's settings are never generated outside the
-    sandbox), never a held-out question (``exclude``: content keys).
+    sandbox), never a held-out question (``exclude``: content keys). ``prompts``: a style of
+    ``PROMPT_STYLES`` for every task, or "new" (each task's measured choice).
     """
 
     def __init__(self, mix: tuple[TaskEntry, ...], fewshot: int, exclude: frozenset[str],
-                 render: Callable[[list[dict[str, str]]], list[int]]) -> None:
+                 render: Callable[[list[dict[str, str]]], list[int]], prompts: str = "new") -> None:
         self.mix, self.fewshot, self.exclude, self.render = mix, fewshot, exclude, render
-        self._shots: dict[tuple[str, str], list[dict[str, str]]] = {}
+        self.prompts = prompts
+        style_for("", prompts)  # an unknown choice fails here, not at the first question
+        self._shots: dict[tuple[str, str], tuple[list[dict[str, str]], bool]] = {}
 
     def __call__(self, q: Question) -> list[int]:
-        key = (q.spec.dataset, _config_key(q.spec.config))
-        shots = self._shots.get(key)
-        if shots is None:
-            entry = next((e for e in self.mix if (e.dataset, _config_key(e.config)) == key), None)
-            shots = fewshot_messages(entry, self.fewshot, self.exclude) if entry is not None else []
-            self._shots[key] = shots
-        return self.render(build_messages(q.question, shots))
+        return self.render(self.messages(q))
 
+    def messages(self, q: Question) -> list[dict[str, str]]:
+        key = (q.spec.dataset, _config_key(q.spec.config))
+        cached = self._shots.get(key)
+        if cached is None:
+            worked, system = style_for(q.spec.dataset, self.prompts)
+            entry = next((e for e in self.mix if (e.dataset, _config_key(e.config)) == key), None)
+            shots = fewshot_messages(entry, self.fewshot, self.exclude, worked) if entry is not None else []
+            cached = self._shots[key] = (shots, system)
+        return build_messages(q.question, cached[0], cached[1])

@@ -54,7 +54,8 @@ def verify_file(args: argparse.Namespace) -> int:
     llm = LlamaModel(source, n_ctx=512, n_seq_max=1, threads=1)  # the tokenizer and chat template only
     try:
         with Sandbox(workers=1) as sandbox:
-            prompts = Prompts(mix, cfg.fewshot, frozenset(question_key(q) for q in heldout), llm.prompt_tokens)
+            prompts = Prompts(mix, cfg.fewshot, frozenset(question_key(q) for q in heldout), llm.prompt_tokens,
+                              cfg.prompts)
             sandbox.wait_ready()
             verifier = Verifier(mix, heldout, sandbox, tokenize=llm.tokenize, detokenize=llm.detokenize,
                                 prompt_ids=prompts, completions=cfg.completions, max_tokens=cfg.max_tokens,

@@ -1,10 +1,14 @@
 """The node's working GGUF: the file both llama.cpp and torch load.
 
 On CPUs, llama.cpp repacks Q4_0 and Q8_0 weights for faster kernels but not Q4_1, so a
-Q4_1 model (the bundled SmolLM2) decodes markedly faster once requantized to Q4_0
-(docs/BENCHMARKS.md has the figures and the effect on reward). The requantized copy is
-cached in the data dir, named by the source's identity, and written atomically.
-Torch must load this same file so that both sides keep identical weights.
+Q4_1 model (the bundled SmolLM2) decodes markedly faster once requantized. ``auto`` picks
+the fastest format whose quality matches the source's, by measurement (docs/BENCHMARKS.md,
+"Working copy by measurement"): Q8_0, which keeps the shipped weights almost exactly at
+nearly Q4_0's speed. Q4_0 (a second 4-bit rounding of already 4-bit weights) decodes
+slightly faster but answers markedly worse, and stays available as ``weights = "q4_0"``.
+The copy is cached, named by its format and the source's identity (so a Q4_0 copy from
+before is never taken for the Q8_0 one), and written atomically. Torch must load this same
+file so that both sides keep identical weights.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from engine.llm import init_backend
 
 FTYPES = {"q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}
 _Q4_1 = lc.LLAMA_FTYPE_MOSTLY_Q4_1
+AUTO_FROM_Q4_1 = "q8_0"  # measured: docs/BENCHMARKS.md, "Working copy by measurement"
 
 
 def file_identity(path: Path) -> str:
@@ -42,7 +47,7 @@ def choose_format(path: Path, weights: str) -> str | None:
     if weights == "as-is":
         return None
     if weights == "auto":
-        return "q4_0" if source_ftype(path) == _Q4_1 else None
+        return AUTO_FROM_Q4_1 if source_ftype(path) == _Q4_1 else None
     return weights
 
 

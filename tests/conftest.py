@@ -1,4 +1,5 @@
-"""Shared fixtures: the real bundled model, its Q4_0 working copy, one llama.cpp context; Gemma 3 270M."""
+"""Shared fixtures: the real bundled model, its working copy (Q8_0, as weights = auto makes it), one llama.cpp
+context; Gemma 3 270M."""
 
 from __future__ import annotations
 
