@@ -9,7 +9,7 @@ from engine.catalog import CATALOG, GiB, by_name
 from engine.events import EventLog
 from engine.hardware import TARGET_ROUND_S, Hardware, recommend
 from engine.models_report import build_report
-from engine.speed import Speed, estimate_round_s, load_cached
+from engine.speed import CACHE_VERSION, Speed, estimate_round_s, load_cached
 from wire import events as ev
 from wire.models import decode_report, encode_report
 
@@ -59,9 +59,14 @@ def test_models_report_round_trips_and_marks_fit():
 def test_speed_cache_is_per_thread_count(tmp_path):
     (tmp_path / "speed.json").write_text(msgspec.json.encode(
         {"gen_tokens_per_s": 1.0, "train_tokens_per_s": 2.0, "threads": 2, "measured_at": 0.0, "how": "x",
-         "version": 2}).decode())
+         "version": CACHE_VERSION}).decode())
     assert load_cached(tmp_path, 2) == Speed(1.0, 2.0, 2, 0.0, "x")
     assert load_cached(tmp_path, 4) is None
+    # A measurement from before the last change to what is measured is not reused.
+    (tmp_path / "speed.json").write_text(msgspec.json.encode(
+        {"gen_tokens_per_s": 1.0, "train_tokens_per_s": 2.0, "threads": 2, "measured_at": 0.0, "how": "x",
+         "version": CACHE_VERSION - 1}).decode())
+    assert load_cached(tmp_path, 2) is None
     (tmp_path / "speed.json").write_text("{broken")
     assert load_cached(tmp_path, 2) is None
 
