@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import children
 from relay.loadgen import free_port
 
 
@@ -65,15 +66,7 @@ class RedisServer:
             return False
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        children.kill(self.proc)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        children.stop(self.proc)

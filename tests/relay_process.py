@@ -9,6 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import children
 from relay.loadgen import free_port
 
 
@@ -48,14 +49,7 @@ class RelayProcess:
         raise RuntimeError("relay did not come up")
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        children.kill(self.proc)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        children.stop(self.proc)
