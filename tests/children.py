@@ -1,8 +1,13 @@
-"""Ending a test's child process (a relay, a redis-server): politely first, then for sure."""
+"""A test's child processes (a relay, a redis-server, a browser): ending them politely first, then for sure;
+and what to do when the program is not installed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from typing import NoReturn
+
+import pytest
 
 
 def kill(proc: subprocess.Popen[bytes] | None) -> None:
@@ -20,3 +25,11 @@ def stop(proc: subprocess.Popen[bytes] | None) -> None:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             kill(proc)
+
+
+def missing(why: str, required_by: str) -> NoReturn:
+    """A system program a test starts is not installed: skip, saying why, unless the environment
+    variable ``required_by`` is 1 (CI sets it), where a skip would hide an untested path: then fail."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{why}, and {required_by}=1")
+    pytest.skip(why)

@@ -6,14 +6,13 @@ Tests that need it skip with a visible reason when it is missing, and fail inste
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
+import children
 
 NAMES = ("chromium", "chromium-browser", "google-chrome")
 
@@ -26,10 +25,7 @@ def require() -> str:
     """The browser's path; skip the test (or fail it, under SAPO_REQUIRE_CHROMIUM=1) when there is none."""
     path = find()
     if path is None:
-        why = "no headless browser (Debian package 'chromium') installed"
-        if os.environ.get("SAPO_REQUIRE_CHROMIUM") == "1":
-            pytest.fail(f"{why}, and SAPO_REQUIRE_CHROMIUM=1")
-        pytest.skip(why)
+        children.missing("no headless browser (Debian package 'chromium') installed", "SAPO_REQUIRE_CHROMIUM")
     return path
 
 

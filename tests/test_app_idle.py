@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+import children
+
 from app import idle, power
 
 
 def _missing(why: str) -> None:
-    if os.environ.get("SAPO_REQUIRE_IDLE") == "1":
-        pytest.fail(f"{why}, and SAPO_REQUIRE_IDLE=1")
-    pytest.skip(why)
+    children.missing(why, "SAPO_REQUIRE_IDLE")
 
 
 def _lib(name: str) -> ctypes.CDLL | None:
