@@ -126,8 +126,8 @@ def build_mix(preset: str, tasks: list[str] | None = None, weights: dict[str, fl
         cfg = {**base_cfg.get(name, {}), **configs.get(name, {})}
         mix.append(TaskEntry(name, weight, cfg))
     for entry in mix:  # fail now, not mid-run, on settings reasoning-gym rejects
-        try:
-            _dataset(entry.dataset, _config_key(entry.config), 0)
+        try:  # some settings pass the constructor and fail only when a question is made
+            _dataset(entry.dataset, _config_key(entry.config), 0)[0]
         except Exception as exc:  # noqa: BLE001 - reasoning-gym raises assorted types
             raise SapoError(f"task {entry.dataset!r}: invalid settings {entry.config}: {exc}") from None
     return tuple(mix)

@@ -118,6 +118,8 @@ def test_weights_and_configs_override_the_preset():
     ({"tasks": ["no_such_task"]}, "unknown task"),
     ({"weights": {"basic_arithmetic": 0}}, "weight must be > 0"),
     ({"configs": {"basic_arithmetic": {"max_terms": "many"}}}, "invalid settings"),
+    # accepted by the dataset's constructor, fails only when a question is made
+    ({"tasks": ["simple_equations"], "configs": {"simple_equations": {"operators": ["+", "-"]}}}, "invalid settings"),
 ])
 def test_bad_task_settings_are_clear_errors(kwargs, message):
     with pytest.raises(SapoError, match=message):
