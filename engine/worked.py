@@ -172,6 +172,51 @@ def _propositional(entry: dict[str, Any], answer: str) -> str | None:
     return "The premises are " + "; ".join(premises) + ". A statement that follows from them:" if premises else None
 
 
+def _legs(entry: dict[str, Any], answer: str) -> str | None:
+    from reasoning_gym.arithmetic.leg_counting import ANIMALS  # legs per animal, as the dataset counts them
+
+    animals: dict[str, int] = entry["metadata"]["animals"]
+    parts = [f"{n} {name}: {n} * {ANIMALS[name]} = {n * ANIMALS[name]}" for name, n in animals.items()]
+    total = sum(n * ANIMALS[name] for name, n in animals.items())
+    if str(total) != answer.strip() or len(parts) > MAX_STEPS:
+        return None
+    if len(parts) > 1:
+        parts.append(" + ".join(str(n * ANIMALS[name]) for name, n in animals.items()) + f" = {total}")
+    return ". ".join(parts) + "."
+
+
+def _gcd(entry: dict[str, Any], answer: str) -> str | None:
+    numbers = [int(x) for x in entry["metadata"]["numbers"]]
+    if len(numbers) != 2 or min(numbers) < 1:
+        return None
+    a, b = max(numbers), min(numbers)
+    steps = []
+    while b and len(steps) <= MAX_STEPS:  # Euclid: gcd(a, b) = gcd(b, a mod b)
+        steps.append(f"{a} mod {b} = {a % b}")
+        a, b = b, a % b
+    if b or str(a) != answer.strip():
+        return None
+    return ". ".join(steps) + f", so the GCD is {a}."
+
+
+def _equation(entry: dict[str, Any], answer: str) -> str | None:
+    # Two-term equations only: "x + 5 = 12", "5 - x = 3", "x - 4 = 2", "3 + x = 9".
+    var = re.escape(entry["metadata"]["variable"])
+    eq = entry["metadata"]["equation"].replace(" ", "")
+    for pattern, solve in (
+        (rf"^{var}\+(\d+)=(-?\d+)$", lambda a, b: (f"{b} - {a}", b - a)),
+        (rf"^(\d+)\+{var}=(-?\d+)$", lambda a, b: (f"{b} - {a}", b - a)),
+        (rf"^{var}-(\d+)=(-?\d+)$", lambda a, b: (f"{b} + {a}", b + a)),
+        (rf"^(\d+)-{var}=(-?\d+)$", lambda a, b: (f"{a} - {b}", a - b)),
+    ):
+        m = re.match(pattern, eq)
+        if m:
+            text, value = solve(int(m.group(1)), int(m.group(2)))
+            name = entry["metadata"]["variable"]
+            return f"{name} = {text} = {value}." if str(value) == answer.strip() else None
+    return None
+
+
 WORKERS: dict[str, Callable[[dict[str, Any], str], str | None]] = {
     "basic_arithmetic": _arithmetic,
     "chain_sum": _arithmetic,
@@ -183,6 +228,9 @@ WORKERS: dict[str, Callable[[dict[str, Any], str], str | None]] = {
     "arc_1d": _arc_1d,
     "bf": _bf,
     "propositional_logic": _propositional,
+    "leg_counting": _legs,
+    "gcd": _gcd,
+    "simple_equations": _equation,
 }
 
 
@@ -204,7 +252,7 @@ def worked_answer(dataset: str, entry: dict[str, Any]) -> str | None:
         return None
     try:
         working = worker(entry, answer)
-    except (KeyError, TypeError, ValueError):  # metadata of another reasoning-gym version
+    except (KeyError, TypeError, ValueError, AttributeError):  # metadata of another reasoning-gym version
         return None
     if not working:
         return None

@@ -74,3 +74,22 @@ def test_prompt_styles():
 
 def test_paper_preset_is_covered():
     assert {e.dataset for e in build_mix("paper")} == set(PAPER_TASKS)
+
+
+def test_equation_working_isolates_the_variable_and_refuses_other_forms():
+    def work(eq: str, answer: str) -> str | None:
+        return worked_answer("simple_equations", {"answer": answer, "metadata": {"equation": eq, "variable": "x"}})
+
+    assert work("x + 5 = 12", "7") == "x = 12 - 5 = 7. <answer>7</answer>"
+    assert work("9 - x = 3", "6") == "x = 9 - 3 = 6. <answer>6</answer>"
+    assert work("x - 4 = -2", "2") == "x = -2 + 4 = 2. <answer>2</answer>"
+    assert work("x + 5 = 12", "8") is None  # a working must reach the dataset's answer
+    assert work("3 * x + 2 = 11", "3") is None  # not a two-term +/- equation: bare answer instead
+
+
+def test_gcd_and_leg_workings():
+    gcd = worked_answer("gcd", {"answer": "3", "metadata": {"numbers": [24, 39]}})
+    assert gcd == "39 mod 24 = 15. 24 mod 15 = 9. 15 mod 9 = 6. 9 mod 6 = 3. 6 mod 3 = 0, so the GCD is 3. <answer>3</answer>"
+    legs = worked_answer("leg_counting", {"answer": "8", "metadata": {"animals": {"chicken": 2, "cow": 1}}})
+    assert legs == "2 chicken: 2 * 2 = 4. 1 cow: 1 * 4 = 4. 4 + 4 = 8. <answer>8</answer>"
+    assert worked_answer("leg_counting", {"answer": "9", "metadata": {"animals": {"cow": 2}}}) is None
