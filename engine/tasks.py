@@ -48,25 +48,28 @@ PAPER_TASKS = (
     "binary_matrix",
 )
 
-# Easy settings for tiny models: SmolLM2-135M scores ~0 on the defaults. Chosen from
-# measured greedy/sampled accuracy (docs/BENCHMARKS.md): hard enough to leave room to
-# learn, easy enough to give a reward signal at temperature 1.
+# Easy settings for tiny models: SmolLM2-135M scores ~0 on reasoning-gym's defaults. Chosen with
+# `sapo-engine baseline` (48 held-out questions per task, Q8_0 working copy, worked examples; issue 10,
+# docs/BENCHMARKS.md "The easy preset"): tasks where the bundled model's sampled accuracy starts at
+# 0.2-0.7, or greedy is well above sampled (room to sharpen), so most groups have reward spread.
+# Sampled / greedy at choice: basic_arithmetic 0.42 / 0.79, chain_sum 0.34 / 0.75, leap years
+# 0.26 / 0.52, gcd 0.12 / 0.44. Left out: base_conversion (0.02 / 0.00), fraction_simplification
+# (0.06 / 0.12), leg_counting (0.01 / 0.10): too little reward for RL to start from.
 EASY_CONFIGS: dict[str, dict[str, Any]] = {
     "basic_arithmetic": {
         "min_terms": 2,
-        "max_terms": 3,
+        "max_terms": 2,
         "min_digits": 1,
         "max_digits": 1,
-        "operators": ["+", "-"],
+        "operators": ["+", "-", "*"],
         "allow_parentheses": False,
         "allow_negation": False,
     },
-    "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
-    "base_conversion": {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 8},
+    "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
     "calendar_arithmetic": {"tasks": ["is_leap_year"]},
-    "fraction_simplification": {"min_value": 1, "max_value": 9, "min_factor": 1, "max_factor": 3, "styles": ["plain"]},
+    "gcd": {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 10},
 }
-EASY_WEIGHTS = {"basic_arithmetic": 4.0, "chain_sum": 2.0}
+EASY_WEIGHTS: dict[str, float] = {}
 
 SYSTEM_PROMPT = (
     "You are a careful problem solver. Think briefly, then give only your final answer "
@@ -334,8 +337,10 @@ PROMPT_STYLES: dict[str, tuple[bool, bool]] = {  # name -> (worked examples, sys
 }
 # The style each task gets under "new" (the default), chosen by measurement (docs/BENCHMARKS.md,
 # "Prompts that show the working"); tasks not listed get DEFAULT_STYLE.
-# Easy preset, 8 questions per task (a rough check): bare answers kept where worked examples cut the
-# well-formed rate (0.94 -> 0.31, 0.88 -> 0.44) without raising accuracy; worked elsewhere.
+# 48 held-out questions per task, greedy + 4 samples, Q8_0: bare answers ("old") kept where worked
+# examples cut accuracy and the well-formed rate (base_conversion sampled 0.021 -> 0.005, fmt 0.93 ->
+# 0.38; fraction_simplification 0.062 -> 0.016, fmt 0.82 -> 0.36); worked elsewhere. The system
+# prompt stays everywhere: without it ("worked-nosys") no task did better.
 PROMPT_CHOICE: dict[str, str] = {"base_conversion": "old", "fraction_simplification": "old"}
 DEFAULT_STYLE = "worked"
 
