@@ -43,10 +43,13 @@ from typing import Any
 from engine.config import NodeConfig, build_config, flag_settings, resolve_auto
 from engine.errors import SapoError
 
-QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm", "seeds": "0",
+QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill", "seeds": "0",
          "settings": {"local_groups": 2, "external_groups": 2, "completions": 4, "max_tokens": 48,
                       "eval_per_task": 4}}
 DEFAULT_CONFIGS = "alone,alone+fill,swarm,swarm+useful+fill"
+# A base name means the paper's way whatever the node's defaults are; modifiers change it.
+PAPER: dict[str, Any] = {"external_selection": "uniform", "fill_dead_slots": False,
+                         "external_negatives": "onpolicy", "importance_cap": 0.0, "share_logprobs": False}
 MODIFIERS: dict[str, dict[str, Any]] = {
     "top": {"external_selection": "top"},
     "useful": {"external_selection": "useful"},
@@ -60,9 +63,9 @@ def config_overrides(name: str, local: int, external: int) -> dict[str, Any]:
     """The NodeConfig settings a configuration name stands for (see the module docstring)."""
     base, *mods = name.split("+")
     if base == "alone":
-        out: dict[str, Any] = {"local_groups": local + external, "external_groups": 0}
+        out: dict[str, Any] = {"local_groups": local + external, "external_groups": 0, **PAPER}
     elif base == "swarm":
-        out = {"local_groups": local, "external_groups": external}
+        out = {"local_groups": local, "external_groups": external, **PAPER}
     else:
         raise SapoError(f"configuration {name!r} must start with 'alone' or 'swarm'")
     for mod in mods:

@@ -46,8 +46,11 @@ def test_dashboard_and_controls_on_a_real_engine(qtbot, tmp_path, monkeypatch, m
         phases = {(e.phase) for e in seen if isinstance(e, ev.PhaseProgress)}
         assert {"generating", "training", "swapping", "checkpointing"} <= phases
         gen = [e for e in seen if isinstance(e, ev.PhaseProgress) and e.phase == "generating" and e.round == 1]
-        assert gen[0].done == 0 and gen[-1].done == gen[-1].total == 4  # 2 questions x 2 answers
-        assert d.feed.rowCount() == 2 * rounds() and d.feed.item(0, 0).text() == "this computer"  # answers' feed
+        assert gen[0].done == 0 and any(e.done == e.total == 4 for e in gen)  # 2 questions x 2 answers
+        assert all(0 <= e.done <= e.total for e in gen)  # a refill batch (fill_dead_slots) is a phase of its own
+        own = sum(len(e.rollouts) for e in seen if isinstance(e, ev.Round))  # a few answers per round
+        assert own >= 2 * rounds()  # at least each own question of the round (2; more when dead slots refill)
+        assert d.feed.rowCount() == own and d.feed.item(0, 0).text() == "this computer"  # answers' feed
 
         # the power preset while running: the engine takes the new thread count from the next round
         with qtbot.wait_signal(window.engine.event, timeout=ROUND_MS,

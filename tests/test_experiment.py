@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.experiment import config_overrides, keep_records, read_records
 
@@ -22,10 +23,14 @@ TINY = ["--configs", "swarm", "--agents", "2", "--rounds", "2", "--local", "2", 
 
 
 def test_config_names():
-    assert config_overrides("alone", 4, 4) == {"local_groups": 8, "external_groups": 0}
-    assert config_overrides("swarm", 4, 4) == {"local_groups": 4, "external_groups": 4}
+    paper = {"external_selection": "uniform", "fill_dead_slots": False, "external_negatives": "onpolicy",
+             "importance_cap": 0.0, "share_logprobs": False}
+    # a base name is the paper's way even though the node's defaults are now useful + fill
+    assert NodeConfig().external_selection == "useful" and NodeConfig().fill_dead_slots
+    assert config_overrides("alone", 4, 4) == {"local_groups": 8, "external_groups": 0, **paper}
+    assert config_overrides("swarm", 4, 4) == {"local_groups": 4, "external_groups": 4, **paper}
     assert config_overrides("swarm+useful+fill+drop", 2, 6) == {
-        "local_groups": 2, "external_groups": 6, "external_selection": "useful", "fill_dead_slots": True,
+        **paper, "local_groups": 2, "external_groups": 6, "external_selection": "useful", "fill_dead_slots": True,
         "external_negatives": "drop"}
     assert config_overrides("alone+fill+is2", 4, 4)["importance_cap"] == 2.0
     with pytest.raises(SapoError, match="unknown modifier"):

@@ -76,7 +76,9 @@ def test_two_offline_rounds_train_and_swap(trained):
         for key in ("reward_mean", "accuracy", "format_rate", "gen_tokens", "gen_tokens_per_s", "loss", "train_s",
                     "swap_ms", "groups_trained", "groups_dropped", "tokens_trained"):
             assert key in e, key
-        assert e["groups_trained"] + e["groups_dropped"] == 4
+        # Budget 4; own groups without spread are dropped and (fill_dead_slots, the default) refilled by
+        # one more batch of own draws, so at most 4 train and at least 4 were drawn.
+        assert e["groups_trained"] <= 4 <= e["groups_trained"] + e["groups_dropped"]
     assert sum(e["groups_trained"] for e in rounds) > 0, "no group had reward spread: nothing was trained"
     trained_rounds = [e for e in rounds if e["groups_trained"]]
     assert all(e["swap_ms"] > 0 and e["tokens_trained"] > 0 for e in trained_rounds)

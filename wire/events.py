@@ -157,6 +157,7 @@ class Round(Event, tag="round", frozen=True):
     train_prompt_tokens: int = 0
     train_completion_tokens: int = 0
     eval_s: float | None = None  # rounds that evaluated
+    dead_slots_filled: int = 0  # own groups without spread replaced (fill_dead_slots): extra draws or swarm groups
     # the swarm: relay_connected is None when no relay is configured
     external_groups: int = 0
     rejected_groups: int = 0
