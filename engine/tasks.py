@@ -341,7 +341,13 @@ PROMPT_STYLES: dict[str, tuple[bool, bool]] = {  # name -> (worked examples, sys
 # examples cut accuracy and the well-formed rate (base_conversion sampled 0.021 -> 0.005, fmt 0.93 ->
 # 0.38; fraction_simplification 0.062 -> 0.016, fmt 0.82 -> 0.36); worked elsewhere. The system
 # prompt stays everywhere: without it ("worked-nosys") no task did better.
-PROMPT_CHOICE: dict[str, str] = {"base_conversion": "old", "fraction_simplification": "old"}
+# Paper preset (reasoning-gym's default difficulty; 16 questions per task, the same command): the bundled
+# model answers ~0 with either style except propositional_logic (greedy 0 -> 0.69 with workings) and leap-year
+# style calendar questions (0.19 both); elsewhere the well-formed rate decides, and bare answers keep it higher
+# (arc_1d 0.05 -> 0, bf 0.31 -> 0.25, decimal_arithmetic 0.56 -> 0.06, binary_matrix equal). Not measured on
+# larger models. A task in both presets keeps the easy preset's choice, where accuracies are not 0.
+PROMPT_CHOICE: dict[str, str] = {"base_conversion": "old", "fraction_simplification": "old", "arc_1d": "old",
+                                 "bf": "old", "decimal_arithmetic": "old", "binary_matrix": "old"}
 DEFAULT_STYLE = "worked"
 
 

@@ -46,7 +46,7 @@ Unit = Union[TrainGroup, TrainSequence]
 
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-4  # the node's default (engine/config.py says why)
     optimizer: str = "adamw"
     weight_decay: float = 0.0
     grad_clip: float = 1.0

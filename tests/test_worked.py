@@ -68,6 +68,9 @@ def test_prompt_styles():
     nosys = Prompts(mix, 2, frozenset(), lambda m: m, "worked-nosys").messages(q)
     assert nosys[0]["role"] == "user" and "=" in nosys[1]["content"] and nosys[-1]["content"] == q.question
     assert style_for("basic_arithmetic", "worked") == (True, True)
+    # "new" (the default) takes each task's measured choice
+    assert style_for("basic_arithmetic", "new") == (True, True) and style_for("bf", "new") == (False, True)
+    assert style_for("propositional_logic", "new") == (True, True)
     with pytest.raises(SapoError, match="unknown prompts"):
         Prompts(mix, 2, frozenset(), lambda m: m, "fancy")
 
