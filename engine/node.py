@@ -225,10 +225,12 @@ class Node:
         if self.cfg.fill_dead_slots:  # own groups without spread train nothing: refill their slots
             dead = dead_slots([has_spread(g.rewards) for g in groups], len(external), budget)
             if self.swarm is None or self.cfg.external_groups == 0:  # alone: one more batch of own draws
+                extra = []
                 if dead:  # a progress phase of its own, so the GUI's bar does not run backwards
                     self.phases.start(rnd, "generating", dead * self.cfg.completions)
-                extra = self.rollout(self.stream.draw(dead)) if dead else []
-                gen_tokens, gen_s = gen_tokens + self.generator.last.tokens, gen_s + self.generator.last.seconds
+                    extra = self.rollout(self.stream.draw(dead))
+                    # (only then: with no extra batch, generator.last is still the first one's)
+                    gen_tokens, gen_s = gen_tokens + self.generator.last.tokens, gen_s + self.generator.last.seconds
                 groups += extra
                 filled = sum(has_spread(g.rewards) for g in extra)
             else:
