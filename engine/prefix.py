@@ -1,13 +1,17 @@
 """Shared-prefix forward: a group's prompt runs once, its L completions attend to its keys/values.
 
 A GRPO group is one prompt (100-200 tokens with few-shot examples) and L short completions
-(10-20 tokens on easy tasks). Running L full sequences spends most of the training compute
-re-processing the same prompt L times. Here, per micro-batch of groups:
+(10-30 tokens on average, but up to the sampling limit when one runs on). Running L full
+sequences spends most of the training compute re-processing the same prompt L times. Here,
+per micro-batch of G groups:
   1. the G prompts run once, right-padded, as a batch; each decoder layer's keys and values
      (after RoPE) are recorded, with their autograd history;
-  2. the completions run as a second batch whose attention sees, per row, its own prompt's
-     recorded keys/values (gathered by row index) followed by its own tokens, with position
-     ids continuing after its prompt.
+  2. each group's completions run packed end to end in one row (G rows, no padding between
+     completions): attention sees the row's prompt keys/values followed by the row's own
+     tokens, each completion only its own earlier tokens (a block-diagonal causal mask), with
+     position ids restarting after the prompt for every completion.
+Packing matters as much as sharing: one completion that ran to the length limit (96 tokens)
+beside seven of ~20 made a padded batch 4-5x larger than its real tokens.
 The gradient of every completion's loss flows back through the recorded keys/values into the
 one prompt pass, so loss and LoRA gradients are those of L full sequences (tested to 1e-5).
 
@@ -30,16 +34,15 @@ class PrefixCache:
     """Records each layer's prompt keys/values (first call wins), or serves them as a prefix.
 
     Recording (``source`` None): ``update`` stores k, v and returns them unchanged.
-    Serving: ``update`` returns (prefix[rows] ++ k, prefix[rows] ++ v) along the sequence axis,
-    storing nothing. Neither mode changes what a repeated call returns, which is what a
-    recomputing backward needs.
+    Serving: ``update`` returns (prefix ++ k, prefix ++ v) along the sequence axis, row for
+    row (row g of the completions is group g), storing nothing. Neither mode changes what a
+    repeated call returns, which is what a recomputing backward needs.
     """
 
-    def __init__(self, source: "PrefixCache | None" = None, rows: torch.Tensor | None = None) -> None:
+    def __init__(self, source: "PrefixCache | None" = None) -> None:
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
         self.source = source
-        self.rows = rows
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,9 +50,7 @@ class PrefixCache:
             self.keys.setdefault(layer_idx, key)
             self.values.setdefault(layer_idx, value)
             return key, value
-        assert self.rows is not None
-        pk = self.source.keys[layer_idx].index_select(0, self.rows)  # (B, kv_heads, P, d)
-        pv = self.source.values[layer_idx].index_select(0, self.rows)
+        pk, pv = self.source.keys[layer_idx], self.source.values[layer_idx]  # (G, kv_heads, P, d)
         return torch.cat([pk, key], dim=2), torch.cat([pv, value], dim=2)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # asked only when position ids are missing
@@ -58,36 +59,45 @@ class PrefixCache:
 
 @dataclass(frozen=True)
 class GroupBatch:
-    """Tensors for one micro-batch of groups. G prompts, B non-empty completions."""
+    """Tensors for one micro-batch of G groups and their B non-empty completions, packed per group."""
 
     prompt_ids: torch.Tensor  # (G, P) right-padded
     prompt_lens: torch.Tensor  # (G,)
-    completion_ids: torch.Tensor  # (B, C) right-padded
-    completion_lens: torch.Tensor  # (B,)
-    rows: torch.Tensor  # (B,) the prompt row of each completion
+    completion_ids: torch.Tensor  # (G, S): row g is group g's completions end to end, right-padded
+    positions: torch.Tensor  # (G, S) each completion token's position: its prompt's length + its index
+    segments: torch.Tensor  # (G, S) which completion (0..B-1) a token belongs to; -1 for padding
     targets: torch.Tensor  # (N,) every completion token, packed in completion order
-    # Where each target's predicting hidden state lives in cat(prompt hidden (G*P), completion hidden (B*C)).
+    # Where each target's predicting hidden state lives in cat(prompt hidden (G*P), completion hidden (G*S)).
     source: torch.Tensor  # (N,)
 
 
 def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rows: Sequence[int],
                pad_id: int = 0) -> GroupBatch:
-    """Pure tensor layout; every completion must be non-empty and every prompt too."""
-    G, B = len(prompts), len(completions)
+    """Pure tensor layout; ``rows[b]`` is completion b's prompt. Every prompt and completion must be non-empty."""
+    G = len(prompts)
     P = max(len(p) for p in prompts)
-    C = max(len(c) for c in completions)
+    fill = [0] * G  # tokens placed in each group's row so far
+    offsets = []
+    for c, g in zip(completions, rows):
+        offsets.append(fill[g])
+        fill[g] += len(c)
+    S = max(fill)
     prompt_ids = torch.full((G, P), pad_id, dtype=torch.long)
     for g, p in enumerate(prompts):
         prompt_ids[g, :len(p)] = torch.tensor(p)
-    completion_ids = torch.full((B, C), pad_id, dtype=torch.long)
+    completion_ids = torch.full((G, S), pad_id, dtype=torch.long)
+    positions = torch.zeros((G, S), dtype=torch.long)
+    segments = torch.full((G, S), -1, dtype=torch.long)
     source: list[int] = []
-    for b, (c, g) in enumerate(zip(completions, rows)):
-        completion_ids[b, :len(c)] = torch.tensor(c)
-        # Token 0 is predicted by the prompt's last position; token j > 0 by completion position j - 1.
-        source.append(g * P + len(prompts[g]) - 1)
-        source += range(G * P + b * C, G * P + b * C + len(c) - 1)
-    return GroupBatch(prompt_ids, torch.tensor([len(p) for p in prompts]), completion_ids,
-                      torch.tensor([len(c) for c in completions]), torch.tensor(list(rows)),
+    for b, (c, g, o) in enumerate(zip(completions, rows, offsets)):
+        n, p = len(c), len(prompts[g])
+        completion_ids[g, o:o + n] = torch.tensor(c)
+        positions[g, o:o + n] = torch.arange(p, p + n)
+        segments[g, o:o + n] = b
+        # Token 0 is predicted by the prompt's last position; token j > 0 by the completion's position j - 1.
+        source.append(g * P + p - 1)
+        source += range(G * P + g * S + o, G * P + g * S + o + n - 1)
+    return GroupBatch(prompt_ids, torch.tensor([len(p) for p in prompts]), completion_ids, positions, segments,
                       torch.tensor([t for c in completions for t in c]), torch.tensor(source))
 
 
@@ -128,15 +138,16 @@ def prompt_mask(lens: torch.Tensor, width: int) -> torch.Tensor:
     return (causal[None] & valid[:, None, :])[:, None]
 
 
-def completion_mask(prompt_lens: torch.Tensor, rows: torch.Tensor, prompt_width: int, width: int) -> torch.Tensor:
-    """(B, 1, C, P + C): the row's own prompt tokens (not its padding), then its own tokens causally."""
-    B = rows.shape[0]
-    own_prompt = torch.arange(prompt_width)[None, :] < prompt_lens[rows][:, None]  # (B, P)
-    idx = torch.arange(width)
-    causal = idx[None, :] <= idx[:, None]  # (C, C)
-    left = own_prompt[:, None, :].expand(B, width, prompt_width)
-    right = causal[None].expand(B, width, width)
-    return torch.cat([left, right], dim=2)[:, None]
+def completion_mask(prompt_lens: torch.Tensor, segments: torch.Tensor, prompt_width: int) -> torch.Tensor:
+    """(G, 1, S, P + S): the row's own prompt tokens (not its padding), then, causally, only tokens of the
+    same completion. Padding queries see their prompt (no NaN rows); padding keys are never seen."""
+    S = segments.shape[1]
+    own_prompt = torch.arange(prompt_width)[None, :] < prompt_lens[:, None]  # (G, P)
+    idx = torch.arange(S)
+    causal = idx[None, :] <= idx[:, None]  # (S, S) key <= query
+    same = (segments[:, :, None] == segments[:, None, :]) & (segments[:, None, :] >= 0)  # (G, S, S)
+    left = own_prompt[:, None, :].expand(-1, S, -1)
+    return torch.cat([left, same & causal[None]], dim=2)[:, None]
 
 
 def _cache_kwarg(decoder: torch.nn.Module) -> str:
@@ -151,19 +162,17 @@ def hidden_for_targets(decoder: torch.nn.Module, batch: GroupBatch) -> torch.Ten
     weight = decoder.get_input_embeddings().weight
     dtype, dev = weight.dtype, weight.device
     G, P = batch.prompt_ids.shape
-    B, C = batch.completion_ids.shape
     name = _cache_kwarg(decoder)
     record = PrefixCache()
     p_pos = torch.arange(P)[None].expand(G, P)
     hp = decoder(input_ids=batch.prompt_ids.to(dev),
                  attention_mask=_masks(prompt_mask(batch.prompt_lens, P), p_pos, p_pos, config, dtype, dev),
                  position_ids=p_pos.to(dev), use_cache=False, **{name: record}).last_hidden_state  # (G, P, H)
-    serve = PrefixCache(record, batch.rows.to(dev))
-    positions = batch.prompt_lens[batch.rows][:, None] + torch.arange(C)[None]  # (B, C): continue after the prompt
-    keys = torch.cat([torch.arange(P)[None].expand(B, P), positions], dim=1)  # (B, P + C)
+    keys = torch.cat([p_pos, batch.positions], dim=1)  # (G, P + S): true positions, for sliding windows
     hc = decoder(input_ids=batch.completion_ids.to(dev),
-                 attention_mask=_masks(completion_mask(batch.prompt_lens, batch.rows, P, C), positions, keys, config,
-                                       dtype, dev),
-                 position_ids=positions.to(dev), use_cache=False, **{name: serve}).last_hidden_state  # (B, C, H)
-    flat = torch.cat([hp.reshape(G * P, -1), hc.reshape(B * C, -1)])
+                 attention_mask=_masks(completion_mask(batch.prompt_lens, batch.segments, P), batch.positions, keys,
+                                       config, dtype, dev),
+                 position_ids=batch.positions.to(dev), use_cache=False,
+                 **{name: PrefixCache(record)}).last_hidden_state  # (G, S, H)
+    flat = torch.cat([hp.reshape(G * P, -1), hc.reshape(-1, hc.shape[-1])])
     return flat.index_select(0, batch.source.to(dev))

@@ -9,8 +9,9 @@ Speed and memory are the point of this module.
   the estimate calibrated by measurement, ``engine.trainmem``); decoder layers are
   recomputed in backward only when it exceeds the budget.
 - Target-token log-probs are taken over completion positions only, a chunk of positions at
-  a time, each chunk checkpointed so its full-vocabulary logits are recomputed, not kept.
-  They are computed in fp32 whatever the base weights' dtype (bf16 on capable hardware).
+  a time; their gradient is formed in forward (``_TargetLogprobs``), so the full-vocabulary
+  logits are neither kept nor recomputed. They are computed in fp32 whatever the base
+  weights' dtype (bf16 on capable hardware).
 - Gradients accumulate over micro-batches; the loss is normalised by the update's total
   completion tokens so accumulation equals one big batch.
 Old log-probs: with one iteration the ratio is exactly 1, so they are the detached new
@@ -82,25 +83,52 @@ class TrainStats:
     logprob_mean: float = 0.0  # mean completion-token log-prob in the (last) update's forward
 
 
-def _chunk_logprobs(weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = F.linear(hidden.float(), weight)  # (n, V), fp32 whatever the model's dtype
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)  # (n,)
+class _TargetLogprobs(torch.autograd.Function):
+    """log p(target) from hidden states, its gradient formed in forward: two head matmuls, not three.
+
+    d log p(t) / d h = (onehot(t) - softmax(h W^T)) W, an (n, H) tensor: computing it while the chunk's
+    logits are at hand and keeping only it (not the logits) costs one extra matmul in forward and
+    nothing in backward, where recomputing the logits (checkpointing) cost two matmuls there.
+    Hand-written: autograd cannot see that the full-vocabulary softmax is only needed as this product.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,  # type: ignore[override]
+                chunk: int) -> torch.Tensor:
+        need_grad = ctx.needs_input_grad[0]
+        out = hidden.new_empty(hidden.shape[0], dtype=torch.float32)
+        dh = hidden.new_empty(hidden.shape, dtype=torch.float32) if need_grad else None
+        for s in range(0, hidden.shape[0], chunk):
+            h, t = hidden[s:s + chunk].float(), targets[s:s + chunk]
+            logits = h @ weight.T  # (c, V), fp32 whatever the model's dtype
+            lse = torch.logsumexp(logits, dim=-1)
+            out[s:s + chunk] = logits.gather(-1, t[:, None]).squeeze(-1) - lse
+            if dh is not None:
+                # (onehot(t) - softmax) W, in place over the logits (not needed again); the one-hot is
+                # subtracted before the matmul, not after, so a confident token loses no precision.
+                d = logits.sub_(lse[:, None]).exp_().neg_()
+                d[torch.arange(len(t), device=d.device), t] += 1
+                dh[s:s + chunk] = d @ weight
+        ctx.save_for_backward(dh)
+        ctx.hidden_dtype = hidden.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:  # type: ignore[override]
+        (dh,) = ctx.saved_tensors
+        return (grad[:, None] * dh).to(ctx.hidden_dtype), None, None, None
 
 
 def target_logprobs(weight: torch.Tensor | torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                     chunk: int = LOGIT_CHUNK) -> torch.Tensor:
-    """log p(targets) from hidden states (n, H) and the output head's weight (V, H), never holding
-    more than ``chunk`` rows of logits."""
+    """log p(targets) (n,) from hidden states (n, H) and the frozen output head's weight (V, H), never
+    holding more than ``chunk`` rows of logits; differentiable in ``hidden`` only."""
     if isinstance(weight, torch.nn.Module):
-        weight = weight.weight.float()
-    parts = []
-    for s in range(0, hidden.shape[0], chunk):
-        h, t = hidden[s:s + chunk], targets[s:s + chunk]
-        if torch.is_grad_enabled():
-            parts.append(checkpoint(_chunk_logprobs, weight, h, t, use_reentrant=False))
-        else:
-            parts.append(_chunk_logprobs(weight, h, t))
-    return torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+        weight = weight.weight
+    weight = weight.detach().float()
+    if hidden.shape[0] == 0:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    return _TargetLogprobs.apply(hidden, weight, targets.to(hidden.device), chunk)
 
 
 def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -182,9 +210,8 @@ class Trainer:
         if self.cfg.shared_prefix:
             groups = [u for u in batch if isinstance(u, TrainGroup)]
             P = max(len(g.prompt_ids) for g in groups)
-            C = max(len(c) for g in groups for c in g.completions)
-            B = sum(len(g.completions) for g in groups)
-            return BatchShape(len(groups) * P + B * C, len(groups) * P + B * (P + C))
+            S = max(sum(len(c) for c in g.completions) for g in groups)  # a group's completions, packed
+            return BatchShape(len(groups) * (P + S), len(groups) * (P + P + S))
         seqs = [u for u in batch if isinstance(u, TrainSequence)]
         T = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
         return BatchShape(len(seqs) * T, len(seqs) * T)

@@ -37,8 +37,8 @@ class Dims:
 class BatchShape:
     """Padded sizes of one micro-batch: every query row, and every key cell attention reads."""
 
-    query_tokens: int  # rows through the layers: G x P + B x C (shared prefix) or B x T
-    attention_cells: int  # sum over query sequences of their key length (B x (P + C), or B x T)
+    query_tokens: int  # rows through the layers: G x (P + S) (shared prefix, S packed completions) or B x T
+    attention_cells: int  # sum over query sequences of their key length (G x P + G x (P + S), or B x T)
 
 
 def estimate_bytes(dims: Dims, shape: BatchShape, dtype_bytes: int) -> int:

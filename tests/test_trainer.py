@@ -70,11 +70,15 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())  # of detached tensors
 
 
-def assert_same_grads(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], tol: float = EXACT) -> None:
+def assert_same_grads(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], tol: float = EXACT,
+                      per_tensor: float | None = None) -> None:
+    """All LoRA gradients, as one vector, within ``tol`` relative; each tensor within ``per_tensor`` (default tol)."""
     assert got.keys() == want.keys()
-    worst = max(rel(got[n], want[n]) for n in want)
     assert all(want[n].norm() > 0 for n in want)
-    assert worst <= tol, worst
+    whole = rel(torch.cat([got[n].flatten() for n in want]), torch.cat([want[n].flatten() for n in want]))
+    assert whole <= tol, whole
+    worst = max(rel(got[n], want[n]) for n in want)
+    assert worst <= (per_tensor or tol), worst
 
 
 # --- pure pieces ---
@@ -87,21 +91,42 @@ def test_chunked_logprobs_equal_full_log_softmax():
     assert torch.allclose(target_logprobs(head, h, t, chunk=8), full, atol=1e-6)
 
 
-def test_batch_layout_points_each_target_at_the_position_before_it():
+def test_target_logprobs_gradient_formed_in_forward_equals_autograd():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    h = torch.randn(37, 16, requires_grad=True)
+    t, g = torch.randint(0, 50, (37,)), torch.randn(37)
+    (torch.log_softmax(head(h), -1).gather(-1, t[:, None]).squeeze(-1) * g).sum().backward()
+    want, h.grad, head.weight.grad = h.grad, None, None
+    (target_logprobs(head, h, t, chunk=8) * g).sum().backward()
+    assert rel(h.grad, want) < 1e-6
+    assert head.weight.grad is None  # the head is frozen: no gradient flows into it
+    hb = h.detach().bfloat16().requires_grad_()  # bf16 hidden states: fp32 maths, gradient back in bf16
+    target_logprobs(head, hb, t).sum().backward()
+    assert hb.grad.dtype == torch.bfloat16
+
+
+def test_batch_layout_packs_each_groups_completions_and_points_targets_at_the_position_before():
     b = make_batch([[5, 6, 7], [8]], [[1, 2], [3], [4, 4, 4]], rows=[0, 0, 1], pad_id=0)
     assert b.prompt_ids.tolist() == [[5, 6, 7], [8, 0, 0]]
-    assert b.completion_ids.tolist() == [[1, 2, 0], [3, 0, 0], [4, 4, 4]]
+    assert b.completion_ids.tolist() == [[1, 2, 3], [4, 4, 4]]  # group 0's two completions end to end
+    assert b.positions.tolist() == [[3, 4, 3], [1, 2, 3]]  # each completion continues after its prompt
+    assert b.segments.tolist() == [[0, 0, 1], [2, 2, 2]]
     assert b.targets.tolist() == [1, 2, 3, 4, 4, 4]
-    # cat(prompt hidden (2 x 3), completion hidden (3 x 3)): the prompt's last position, then the completion's own.
-    assert b.source.tolist() == [2, 6, 2, 3, 12, 13]
+    # cat(prompt hidden (2 x 3), completion hidden (2 x 3)): the prompt's last position, then the completion's own.
+    assert b.source.tolist() == [2, 6, 2, 3, 9, 10]
 
 
-def test_masks_hide_padding_and_the_future():
+def test_masks_hide_padding_the_future_and_other_completions():
     pm = prompt_mask(torch.tensor([3, 1]), 3)[:, 0]
     assert pm[0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     assert pm[1].tolist() == [[True, False, False]] * 3  # padded queries see key 0 only: no NaN rows
-    cm = completion_mask(torch.tensor([3, 1]), torch.tensor([1]), 3, 2)[0, 0]
-    assert cm.tolist() == [[True, False, False, True, False], [True, False, False, True, True]]
+    # one group, prompt 2 of width 3; completions of 2 and 1 tokens, then a padding slot
+    cm = completion_mask(torch.tensor([2]), torch.tensor([[0, 0, 1, -1]]), 3)[0, 0]
+    assert cm.tolist() == [[True, True, False, True, False, False, False],
+                           [True, True, False, True, True, False, False],
+                           [True, True, False, False, False, True, False],  # completion 1 never sees completion 0
+                           [True, True, False, False, False, False, False]]  # padding sees its prompt only
 
 
 def test_micro_batches_never_split_a_group():
@@ -313,7 +338,9 @@ def test_shared_prefix_is_exact_on_the_bundled_model(working_gguf, model_cache, 
     assert stats.checkpointed == 0  # small micro-batches fit the default budget: no recomputation
     assert stats.loss == pytest.approx(ref_stats.loss, rel=EXACT)
     assert stats.logprob_mean == pytest.approx(ref_stats.logprob_mean, rel=EXACT)
-    assert_same_grads(got, ref)
+    # 210 LoRA tensors: the whole gradient to 1e-5; one tensor alone may carry fp32 rounding of the attention
+    # softmax (measured: layer 12's q/k LoRA, norms ~0.01, at 0.8-1.3e-5 in this and the previous head code).
+    assert_same_grads(got, ref, per_tensor=3 * EXACT)
 
 
 @pytest.mark.slow
