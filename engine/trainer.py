@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from engine.groups import TrainGroup, TrainSequence
