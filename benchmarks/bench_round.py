@@ -5,9 +5,11 @@
 
 Each run is `sapo-engine run --model smollm2-135m --offline` with the node's defaults (what `make run` does),
 a fresh data dir, no held-out evaluation (it is not part of a round in either version), run one after the
-other in alternating order (old, new, new, old, ...) so slow phases of a shared machine hit both. The first
-round of each run is left out (model load, first-call costs). Printed per version: median round time and its
-split (generation, scoring, training), tokens trained per second, and the ratio old / new.
+other in rotating order (old, new, same; new, same, old; ...) so slow phases of a shared machine hit all.
+"same" is today's code doing the old code's work per round: dead-slot refilling (a default since issue 12,
+one more generation batch and more groups trained when own groups lack reward spread) switched off.
+The first round of each run is left out (model load, first-call costs). Printed per version: median round
+time and its split (generation, scoring, training), tokens trained per second, and the ratios to old.
 Both versions use the same interpreter and packages; only the engine's source differs (PYTHONPATH).
 """
 
@@ -25,11 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one_run(tree: Path, rounds: int, threads: int, seed: int, work: Path) -> list[dict]:
+def one_run(tree: Path, rounds: int, threads: int, seed: int, work: Path, no_fill: bool = False) -> list[dict]:
     data, events = work / "data", work / "events.jsonl"
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--rounds", str(rounds),
            "--eval-every", "0", "--threads", str(threads), "--seed", str(seed), "--quiet", "--data-dir", str(data),
            "--events", str(events)]
+    if no_fill:
+        (work / "node.toml").write_text("fill_dead_slots = false\n")
+        cmd += ["--config", str(work / "node.toml")]
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -52,18 +57,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--old", type=Path, required=True, help="a checkout of the older engine")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per run (the first is left out)")
-    ap.add_argument("--pairs", type=int, default=2, help="old/new pairs, alternating order")
+    ap.add_argument("--pairs", type=int, default=2, help="runs of each version, in rotating order")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    trees = {"old": args.old.resolve(), "new": ROOT}
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
+    trees = {"old": args.old.resolve(), "new": ROOT, "same": ROOT}
+    runs: dict[str, list[dict]] = {"old": [], "new": [], "same": []}
     with tempfile.TemporaryDirectory(prefix="bench-round-") as tmp:
         for pair in range(args.pairs):
-            order = ["old", "new"] if pair % 2 == 0 else ["new", "old"]
+            order = ["old", "new", "same"][pair % 3:] + ["old", "new", "same"][:pair % 3]
             for who in order:
                 work = Path(tmp) / f"{who}-{pair}"
                 work.mkdir()
-                got = one_run(trees[who], args.rounds, args.threads, seed=pair, work=work)
+                got = one_run(trees[who], args.rounds, args.threads, seed=pair, work=work, no_fill=who == "same")
                 runs[who] += got
                 s = summary(got)
                 print(f"pair {pair} {who}: median round {s['round_s']:.1f} s (gen {s['gen_s']:.1f}, "
@@ -72,9 +77,10 @@ def main() -> None:
     for who, s in res.items():
         print(f"{who}: {s['rounds']} rounds, median round {s['round_s']:.1f} s = gen {s['gen_s']:.1f} + score "
               f"{s['score_s']:.1f} + train {s['train_s']:.1f} (+ the rest); {s['train_tok_s']:.0f} trained tok/s")
-    print(f"round speedup={res['old']['round_s'] / res['new']['round_s']:.2f} "
-          f"train speedup={res['old']['train_s'] / res['new']['train_s']:.2f} "
-          f"train tok/s ratio={res['new']['train_tok_s'] / res['old']['train_tok_s']:.2f}")
+    for who in ("same", "new"):
+        print(f"{who}: round speedup={res['old']['round_s'] / res[who]['round_s']:.2f} "
+              f"train speedup={res['old']['train_s'] / res[who]['train_s']:.2f} "
+              f"train tok/s ratio={res[who]['train_tok_s'] / res['old']['train_tok_s']:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@
   (``train_dtype``: auto | bf16 | fp32). LoRA weights, optimizer state and log-softmax stay
   fp32 either way (peft keeps adapters in fp32; the trainer computes logits in fp32).
 - the activation-memory budget of a training micro-batch (``train_memory_mb``), by default a
-  quarter of the memory free at start on the training device, at most 1 GiB (which keeps a
-  32 x 256-token update under 2 GB on the bundled model).
+  quarter of the memory free at start on the training device, at most 512 MiB. Measured on the
+  bundled model (paper preset, 8 completions a group, bf16 linears): the step's peak RSS is the
+  model (~0.75 GB) plus about twice the activations kept, glibc's heap holding freed sub-MiB
+  tensors; at 1 GiB a step peaked at 2.7 GB, at 512 MiB at 1.8 GB, 1.4x slower
+  (docs/BENCHMARKS.md).
 - llama.cpp layers on the GPU (``gpu_layers``): all of them when the installed llama.cpp was
   built with GPU offload and a CUDA GPU is present, else none.
 """
@@ -19,7 +22,7 @@ import torch
 
 from engine.errors import SapoError
 
-MAX_AUTO_BUDGET = 1 << 30
+MAX_AUTO_BUDGET = 512 << 20
 ALL_LAYERS = 999  # llama.cpp clamps this to the model's layer count
 
 

@@ -110,8 +110,8 @@ class NodeConfig:
                 "--train-memory-mb), always or never")
     train_memory_mb: int | None = setting(
         None, "activation memory a training micro-batch may keep before recomputing "
-              "(unset: a quarter of the free memory at start, at most 1024)",
-        source="keeps the 32 x 256-token update under 2 GB on the bundled model (docs/BENCHMARKS.md)")
+              "(unset: a quarter of the free memory at start, at most 512)",
+        source="keeps a training step under 2 GB peak RSS on the bundled model (docs/BENCHMARKS.md)")
     device: str = setting("auto", "where torch trains: auto, cpu or cuda (auto: cuda when torch sees a GPU)")
     gpu_layers: int | None = setting(
         None, "model layers llama.cpp runs on the GPU (unset: all when llama.cpp was built with GPU offload "

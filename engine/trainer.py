@@ -29,6 +29,7 @@ from typing import Callable, Sequence, Union
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from engine.accel import MAX_AUTO_BUDGET
 from engine.groups import TrainGroup, TrainSequence
 from engine.grpo import clipped_token_loss
 from engine.offpolicy import token_weights
@@ -39,7 +40,6 @@ from engine.trainmem import BatchShape, Dims, MemoryPlan, SavedBytes
 warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 LOGIT_CHUNK = 256  # positions per lm_head chunk: 256 x 49,152 x 4 B = 50 MB at most
-DEFAULT_MEMORY_BUDGET = 1 << 30  # activation bytes a micro-batch may keep without recomputation
 
 Unit = Union[TrainGroup, TrainSequence]
 
@@ -55,7 +55,7 @@ class TrainConfig:
     eps_low: float = 0.2
     eps_high: float = 0.28
     checkpointing: str = "auto"  # auto (by memory budget) | always | never
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    memory_budget: int = MAX_AUTO_BUDGET  # activation bytes a micro-batch may keep without recomputation
     shared_prefix: bool = True  # False: every completion re-runs its prompt (the reference path)
     external_negatives: str = "onpolicy"  # engine.offpolicy: onpolicy | drop | topr
     importance_cap: float = 0.0  # truncated importance sampling cap C (0 = off)
