@@ -6,8 +6,10 @@ Speed and memory are the point of this module.
   completion with its own copy of the prompt) stays as the reference the tests and the
   benchmark compare against (``shared_prefix=False``).
 - Checkpointing only when needed: each micro-batch's activation memory is estimated (and
-  the estimate calibrated by measurement, ``engine.trainmem``); decoder layers are
-  recomputed in backward only when it exceeds the budget.
+  the estimate calibrated by measurement, ``engine.trainmem``) and micro-batches are formed
+  to fit the budget; a group too large alone, with completions longer than its prompt, is
+  split into parts that each run its prompt again (cheaper than recomputing every layer).
+  Decoder layers are recomputed in backward only for what still exceeds the budget.
 - Target-token log-probs are taken over completion positions only, a chunk of positions at
   a time; their gradient is formed in forward (``_TargetLogprobs``), so the full-vocabulary
   logits are neither kept nor recomputed. They are computed in fp32 whatever the base
@@ -50,7 +52,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch: int = 8  # completions per micro-batch; a group is never split
+    micro_batch: int = 8  # completions per micro-batch at most; a group is split only when alone over the memory budget
     iterations: int = 1
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -170,6 +172,12 @@ def micro_batches(units: Sequence[Unit], size: int) -> list[list[Unit]]:
     return out
 
 
+def _slice(g: TrainGroup, a: int, b: int) -> TrainGroup:
+    """Completions a..b of a group, with its prompt."""
+    return TrainGroup(g.prompt_ids, g.completions[a:b], g.advantages[a:b],
+                      g.behavior[a:b] if g.behavior is not None else None, g.external)
+
+
 def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
     """Groups without empty completions (they carry no tokens), without empty groups, shortest first."""
     out = []
@@ -275,20 +283,55 @@ class Trainer:
 
     # --- the update ---
     def _batches(self, groups: Sequence[TrainGroup]) -> list[list[Unit]]:
-        units: list[Unit]
-        if self.cfg.shared_prefix:
-            units = list(groups)
-        else:
-            units = sorted((s for g in groups for s in g.sequences()),
-                           key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-        return micro_batches(units, self.cfg.micro_batch)
+        if not self.cfg.shared_prefix:
+            seqs = sorted((s for g in groups for s in g.sequences()), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+            return micro_batches(list(seqs), self.cfg.micro_batch)
+        if self.plan.mode != "auto":
+            return micro_batches(list(groups), self.cfg.micro_batch)
+        return self._fit(groups)
+
+    def _fits(self, batch: list[Unit]) -> bool:
+        return not self.plan.checkpoint(self._shape(batch))
+
+    def _fit(self, groups: Sequence[TrainGroup]) -> list[list[Unit]]:
+        """Micro-batches whose activations fit the memory budget, so that none needs recomputing.
+
+        A group too large alone whose completions outweigh its prompt (say 4 x 192 tokens after 64)
+        is split into parts with the same prompt, each running it again: exact (the loss is a sum
+        over completion tokens) and cheaper than recomputing every layer in backward. Any other
+        micro-batch over the budget is checkpointed.
+        """
+        parts: list[TrainGroup] = []
+        for g in groups:
+            todo = [g]
+            while todo:
+                part = todo.pop(0)
+                # Halving re-runs the prompt once more (2P token passes); recomputing costs one more forward
+                # of prompt and completions (P + S): split only a group whose completions outweigh its prompt.
+                if (len(part.completions) > 1 and not self._fits([part])
+                        and len(part.prompt_ids) < sum(len(c) for c in part.completions)):
+                    half = len(part.completions) // 2
+                    todo[:0] = [_slice(part, 0, half), _slice(part, half, len(part.completions))]
+                else:
+                    parts.append(part)
+        out: list[list[Unit]] = []
+        count = 0
+        for part in parts:
+            n = len(part.completions)
+            if out and count + n <= self.cfg.micro_batch and self._fits(out[-1] + [part]):
+                out[-1].append(part)
+                count += n
+            else:
+                out.append([part])
+                count = n
+        return out
 
     @torch.no_grad()
-    def logprobs(self, groups: Sequence[TrainGroup]) -> list[torch.Tensor]:
+    def _logprobs(self, batches: list[list[Unit]]) -> list[torch.Tensor]:
         """Per micro-batch, packed completion-token log-probs under the current policy (no grad)."""
         was_training = self.model.training
         self.model.eval()
-        out = [self._forward(batch)[0] for batch in self._batches(_clean(groups))]
+        out = [self._forward(batch)[0] for batch in batches]
         self.model.train(was_training)
         return out
 
@@ -302,8 +345,8 @@ class Trainer:
         batches = self._batches(groups)
         total_tokens = sum(len(c) for g in groups for c in g.completions)
         n_seqs = sum(len(g.completions) for g in groups)
-        prompt_tokens = sum(len(g.prompt_ids) * (1 if self.cfg.shared_prefix else len(g.completions)) for g in groups)
-        old = self.logprobs(groups) if self.cfg.iterations > 1 else None
+        prompt_tokens = sum(len(u.prompt_ids) for batch in batches for u in batch)  # as run: once per group part
+        old = self._logprobs(batches) if self.cfg.iterations > 1 else None
         checkpointed = act_bytes = 0
         for _ in range(self.cfg.iterations):
             self.optimizer.zero_grad(set_to_none=True)

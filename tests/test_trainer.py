@@ -10,7 +10,7 @@ import torch
 from engine.groups import TrainGroup, TrainSequence
 from engine.policy import attach_lora, lora_config
 from engine.prefix import completion_mask, make_batch, prompt_mask
-from engine.trainer import TrainConfig, Trainer, _clean, micro_batches, target_logprobs
+from engine.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
 from engine.trainmem import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
 
 EXACT = 1e-5  # relative, fp32
@@ -240,6 +240,29 @@ def test_checkpointing_follows_the_memory_budget():
     stats, tight = run(tiny_policy(), groups(), micro_batch=5, memory_budget=1)
     assert stats.checkpointed == stats.micro_batches
     assert_same_grads(tight, free)
+
+
+def test_a_group_over_the_budget_is_split_not_recomputed():
+    """Parts of a group, each re-running the prompt: no recomputation, the same gradients, over iterations too."""
+    probe = Trainer(tiny_policy(), TrainConfig())
+    gs = _clean(groups())
+    singles = [probe.plan.estimate(probe._shape([_slice(g, i, i + 1)])) for g in gs for i in range(len(g.completions))]
+    budget = max(singles)  # every single completion fits, the largest groups do not
+    assert any(probe.plan.estimate(probe._shape([g])) > budget for g in gs)
+    stats, free = run(tiny_policy(), groups(), micro_batch=100, memory_budget=1 << 40)
+    split_stats, split = run(tiny_policy(), groups(), micro_batch=100, memory_budget=budget)
+    assert split_stats.checkpointed == 0 and split_stats.micro_batches > stats.micro_batches == 1
+    assert split_stats.prompt_tokens > stats.prompt_tokens  # a split group's prompt runs once per part
+    assert split_stats.loss == pytest.approx(stats.loss, rel=EXACT)
+    assert_same_grads(split, free)
+    moved = []
+    for b in (1 << 40, budget):
+        model = tiny_policy()
+        Trainer(model, TrainConfig(optimizer="sgd", learning_rate=2.0, iterations=3, grad_clip=1e9,
+                                   memory_budget=b)).step(groups())
+        moved.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
+    start = {n: p.detach() for n, p in tiny_policy().named_parameters() if n in moved[0]}
+    assert_same_grads({n: moved[1][n] - start[n] for n in start}, {n: moved[0][n] - start[n] for n in start})
 
 
 def test_the_estimate_is_calibrated_by_the_measurement():
