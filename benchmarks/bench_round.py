@@ -1,16 +1,21 @@
-"""A whole `make run` round, today's code against an older checkout, side by side.
+"""A whole `make run` round: today's training step against the one before issue 11, side by side.
 
-    git worktree add --detach /tmp/sapo-old d81a58e        # main before issue 11 (per-sequence fp32 training)
-    python benchmarks/bench_round.py --old /tmp/sapo-old [--rounds 4] [--pairs 2] [--threads 2]
+    python benchmarks/bench_round.py [--rounds 4] [--pairs 1] [--threads 2]
+    python benchmarks/bench_round.py --old /tmp/sapo-old ...   # also an older checkout, e.g. d81a58e
 
 Each run is `sapo-engine run --model smollm2-135m --offline` with the node's defaults (what `make run` does),
-a fresh data dir, no held-out evaluation (it is not part of a round in either version), run one after the
-other in rotating order (old, new, same; new, same, old; ...) so slow phases of a shared machine hit all.
-"same" is today's code doing the old code's work per round: dead-slot refilling (a default since issue 12,
-one more generation batch and more groups trained when own groups lack reward spread) switched off.
+a fresh data dir and no held-out evaluation, in rotating order (ref, same, new; same, new, ref; ...) so slow
+phases of a shared machine hit all. Versions:
+  ref:  this code doing one round's work with the step before issue 11 (every completion re-runs its prompt,
+        fp32 weights, checkpointing always: `--no-shared-prefix --train-dtype fp32 --checkpointing always`)
+        and dead-slot refilling off
+  same: this code's default training step on the same work (refilling off): the issue's round comparison
+  new:  the node's full default (refilling on: one more generation batch and more groups trained when
+        own groups lack reward spread, issue 12)
+  old:  (with --old) an older checkout's defaults; issue 10 changed that round's work too (worked-example
+        prompts and answers, the Q8_0 working copy), so it is context, not the speed comparison
 The first round of each run is left out (model load, first-call costs). Printed per version: median round
-time and its split (generation, scoring, training), tokens trained per second, and the ratios to old.
-Both versions use the same interpreter and packages; only the engine's source differs (PYTHONPATH).
+time and its split (generation, scoring, training), tokens trained per second, and ratios to ref (and old).
 """
 
 from __future__ import annotations
@@ -25,16 +30,19 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FLAGS = {
+    "ref": ["--no-shared-prefix", "--train-dtype", "fp32", "--checkpointing", "always", "--no-fill-dead-slots"],
+    "same": ["--no-fill-dead-slots"],
+    "new": [],
+    "old": [],
+}
 
 
-def one_run(tree: Path, rounds: int, threads: int, seed: int, work: Path, no_fill: bool = False) -> list[dict]:
+def one_run(tree: Path, rounds: int, threads: int, seed: int, work: Path, flags: list[str]) -> list[dict]:
     data, events = work / "data", work / "events.jsonl"
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--rounds", str(rounds),
            "--eval-every", "0", "--threads", str(threads), "--seed", str(seed), "--quiet", "--data-dir", str(data),
-           "--events", str(events)]
-    if no_fill:
-        (work / "node.toml").write_text("fill_dead_slots = false\n")
-        cmd += ["--config", str(work / "node.toml")]
+           "--events", str(events), *flags]
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -55,32 +63,34 @@ def summary(rounds: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--old", type=Path, required=True, help="a checkout of the older engine")
+    ap.add_argument("--old", type=Path, help="also time an older checkout of the engine")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per run (the first is left out)")
-    ap.add_argument("--pairs", type=int, default=2, help="runs of each version, in rotating order")
+    ap.add_argument("--pairs", type=int, default=1, help="runs of each version, in rotating order")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    trees = {"old": args.old.resolve(), "new": ROOT, "same": ROOT}
-    runs: dict[str, list[dict]] = {"old": [], "new": [], "same": []}
+    trees = {"ref": ROOT, "same": ROOT, "new": ROOT}
+    if args.old:
+        trees["old"] = args.old.resolve()
+    names = list(trees)
+    runs: dict[str, list[dict]] = {who: [] for who in names}
     with tempfile.TemporaryDirectory(prefix="bench-round-") as tmp:
         for pair in range(args.pairs):
-            order = ["old", "new", "same"][pair % 3:] + ["old", "new", "same"][:pair % 3]
-            for who in order:
+            for who in names[pair % len(names):] + names[:pair % len(names)]:
                 work = Path(tmp) / f"{who}-{pair}"
                 work.mkdir()
-                got = one_run(trees[who], args.rounds, args.threads, seed=pair, work=work, no_fill=who == "same")
+                got = one_run(trees[who], args.rounds, args.threads, pair, work, FLAGS[who])
                 runs[who] += got
                 s = summary(got)
-                print(f"pair {pair} {who}: median round {s['round_s']:.1f} s (gen {s['gen_s']:.1f}, "
+                print(f"run {pair} {who}: median round {s['round_s']:.1f} s (gen {s['gen_s']:.1f}, "
                       f"train {s['train_s']:.1f}), {s['train_tok_s']:.0f} trained tok/s", flush=True)
     res = {who: summary(rows) for who, rows in runs.items()}
     for who, s in res.items():
         print(f"{who}: {s['rounds']} rounds, median round {s['round_s']:.1f} s = gen {s['gen_s']:.1f} + score "
               f"{s['score_s']:.1f} + train {s['train_s']:.1f} (+ the rest); {s['train_tok_s']:.0f} trained tok/s")
-    for who in ("same", "new"):
-        print(f"{who}: round speedup={res['old']['round_s'] / res[who]['round_s']:.2f} "
-              f"train speedup={res['old']['train_s'] / res[who]['train_s']:.2f} "
-              f"train tok/s ratio={res[who]['train_tok_s'] / res['old']['train_tok_s']:.2f}")
+    for base in [b for b in ("ref", "old") if b in res]:
+        for who in [w for w in ("same", "new") if w in res]:
+            print(f"{who} vs {base}: round speedup={res[base]['round_s'] / res[who]['round_s']:.2f} "
+                  f"train speedup={res[base]['train_s'] / res[who]['train_s']:.2f}")
 
 
 if __name__ == "__main__":

@@ -316,7 +316,7 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig)
     old = cell / "meta.json"
     if old.exists():
         prev = json.loads(old.read_text())
-        speed_only = ("threads", "device", "gpu_layers", "train_memory_mb", "checkpointing")
+        speed_only = ("threads", "device", "gpu_layers", "train_memory_mb", "checkpointing", "shared_prefix")
         same = {k: v for k, v in prev.get("settings", {}).items() if k not in speed_only} == \
             {k: v for k, v in meta["settings"].items() if k not in speed_only}
         if prev.get("agents") != plan.agents or not same:

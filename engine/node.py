@@ -128,6 +128,7 @@ class Node:
             learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, weight_decay=cfg.weight_decay,
             grad_clip=cfg.grad_clip, micro_batch=cfg.micro_batch, iterations=cfg.iterations,
             eps_low=cfg.eps_low, eps_high=cfg.eps_high, checkpointing=cfg.checkpointing,
+            shared_prefix=cfg.shared_prefix,
             memory_budget=memory_budget(cfg.train_memory_mb, self.device),
             external_negatives=cfg.external_negatives, importance_cap=cfg.importance_cap))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
