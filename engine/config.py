@@ -121,7 +121,10 @@ class NodeConfig:
         None, "model layers llama.cpp runs on the GPU (unset: all when llama.cpp was built with GPU offload "
               "and a CUDA GPU is present, else 0)")
     # --- evaluation ---
-    eval_every: int = setting(10, "rounds between held-out evaluations (0 = never)")
+    eval_every: int = setting(
+        20, "rounds between held-out evaluations (0 = never)",
+        source="one evaluation (64 questions, greedy + 2 samples) costs ~2.5 make-run rounds since training got "
+               "faster: every 20 rounds keeps it near 11 % of a long run (docs/BENCHMARKS.md)")
     eval_per_task: int = setting(16, "held-out questions per task")
     # --- swarm ---
     relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone); "
