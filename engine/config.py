@@ -94,7 +94,8 @@ class NodeConfig:
     lora_targets: list[str] = setting(help="comma-separated module names that get a LoRA", factory=lambda: list(LORA_TARGETS))
     iterations: int = setting(1, "policy updates per round on the same rollouts (>1 makes clipping act)",
                               source="paper: one update per round")
-    micro_batch: int | None = setting(None, "sequences per forward/backward (auto: 8 under 0.5B, 4 under 2B, else 2)",
+    micro_batch: int | None = setting(None, "completions per forward/backward at most, fewer when the memory "
+                                            "budget needs (auto: 8 under 0.5B, 4 under 2B, else 2)",
                                       auto=True, source="measured here: peak memory of a training step")
     grad_clip: float = setting(1.0, "gradient norm clip")
     eps_low: float = setting(0.2, "PPO clip range below 1", source="paper, DAPO")
