@@ -9,7 +9,8 @@
   quarter of the memory free at start on the training device, at most 512 MiB. Measured on the
   bundled model (paper preset, 8 completions a group, bf16 linears): the step's peak RSS is the
   model (~0.75 GB) plus about twice the activations kept, glibc's heap holding freed sub-MiB
-  tensors; at 1 GiB a step peaked at 2.7 GB, at 512 MiB at 1.8 GB, 1.4x slower
+  tensors; at 1 GiB a step peaked at 2.7 GiB, at 512 MiB at 1.8 GiB and took 1.3-1.6x longer
+  (some micro-batches recompute)
   (docs/BENCHMARKS.md).
 - llama.cpp layers on the GPU (``gpu_layers``): all of them when the installed llama.cpp was
   built with GPU offload and a CUDA GPU is present, else none.
