@@ -124,8 +124,8 @@ class NodeConfig:
     # --- evaluation ---
     eval_every: int = setting(
         20, "rounds between held-out evaluations (0 = never)",
-        source="one evaluation (64 questions, greedy + 2 samples) costs ~2.5 make-run rounds since training got "
-               "faster: every 20 rounds keeps it near 11 % of a long run (docs/BENCHMARKS.md)")
+        source="one evaluation (64 questions, greedy + 2 samples) costs ~2-2.5 make-run rounds since training got "
+               "faster: every 20 rounds keeps it near 10 % of a long run (docs/BENCHMARKS.md)")
     eval_per_task: int = setting(16, "held-out questions per task")
     # --- swarm ---
     relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone); "
