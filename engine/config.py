@@ -214,7 +214,7 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         if flag is None:
             continue
         flag = flag or "--" + f.name.replace("_", "-")
-        help_ = describe(f.name)
+        help_ = describe(f.name).replace("%", "%%")  # argparse formats help text: a bare % breaks --help
         if hints[f.name] is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
         else:

@@ -78,3 +78,12 @@ def test_resolve_auto_leaves_nothing_unset():
     cfg.check_resolved()
     with pytest.raises(RuntimeError, match="completions"):
         NodeConfig().check_resolved()
+
+
+def test_help_lists_every_setting_even_with_a_percent_sign_in_its_text():
+    """argparse %-formats help strings: a setting's "11 % of a run" once made `run --help` crash."""
+    parser = argparse.ArgumentParser()
+    add_setting_flags(parser)
+    text = parser.format_help()
+    assert "--eval-every" in text and "--shared-prefix" in text
+    assert any("%" in describe(f.name) for f in dataclasses.fields(NodeConfig))  # the case this guards is real
