@@ -158,13 +158,15 @@ def _checkpointable(layer: torch.nn.Module) -> None:
     layer.forward = maybe_checkpointed
 
 
-def micro_batches(units: Sequence[Unit], size: int) -> list[list[Unit]]:
-    """Consecutive units, at most ``size`` completions per batch unless one group alone is larger."""
+def micro_batches(units: Sequence[Unit], size: int,
+                  fits: Callable[[list[Unit]], bool] | None = None) -> list[list[Unit]]:
+    """Consecutive units, at most ``size`` completions per batch unless one group alone is larger;
+    with ``fits``, a unit also starts a new batch when the current one would no longer fit."""
     out: list[list[Unit]] = []
     count = 0
     for u in units:
         n = len(u.completions) if isinstance(u, TrainGroup) else 1
-        if not out or count + n > size:
+        if not out or count + n > size or (fits is not None and not fits(out[-1] + [u])):
             out.append([])
             count = 0
         out[-1].append(u)
@@ -284,8 +286,9 @@ class Trainer:
     # --- the update ---
     def _batches(self, groups: Sequence[TrainGroup]) -> list[list[Unit]]:
         if not self.cfg.shared_prefix:
-            seqs = sorted((s for g in groups for s in g.sequences()), key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-            return micro_batches(list(seqs), self.cfg.micro_batch)
+            seqs = sorted((s for g in groups for s in g.sequences()),
+                          key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+            return micro_batches(seqs, self.cfg.micro_batch)
         if self.plan.mode != "auto":
             return micro_batches(list(groups), self.cfg.micro_batch)
         return self._fit(groups)
@@ -314,17 +317,7 @@ class Trainer:
                     todo[:0] = [_slice(part, 0, half), _slice(part, half, len(part.completions))]
                 else:
                     parts.append(part)
-        out: list[list[Unit]] = []
-        count = 0
-        for part in parts:
-            n = len(part.completions)
-            if out and count + n <= self.cfg.micro_batch and self._fits(out[-1] + [part]):
-                out[-1].append(part)
-                count += n
-            else:
-                out.append([part])
-                count = n
-        return out
+        return micro_batches(parts, self.cfg.micro_batch, self._fits)
 
     @torch.no_grad()
     def _logprobs(self, batches: list[list[Unit]]) -> list[torch.Tensor]:
