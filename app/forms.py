@@ -32,7 +32,7 @@ def one_tab_stop(group: QButtonGroup) -> None:
 
 def relay_problem(text: str) -> str | None:
     """Why a relay URL (or a comma-separated list of replicas) is unusable, or None. The rule of
-    ``engine.swarm.check_relay_urls``, kept here so the app stays off the engine's modules; the
+    ``engine.sharing.swarm_client.check_relay_urls``, kept here so the app stays off the engine's modules; the
     engine checks again when it starts."""
     urls = [u.strip() for u in text.split(",") if u.strip()]
     if not urls:

@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 from websockets.sync.client import connect
 
-from engine.tasks import QuestionStream, build_mix
+from engine.tasks.questions import QuestionStream, build_mix
 from relay.loadgen import free_port, http_get
 from wire import protocol as p
 from wire.identity import Identity
