@@ -74,7 +74,7 @@ def test_speed_cache_is_per_thread_count(tmp_path):
 def test_no_model_and_no_network_means_the_bundled_model_at_once(monkeypatch):
     from engine.models import download
     from engine.models import hardware
-    from engine.run import runner
+    from engine.models import prepare
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(hardware, "detect", lambda: _cpu(cores=2))  # a machine whose pick is qwen2.5-0.5b
@@ -82,7 +82,7 @@ def test_no_model_and_no_network_means_the_bundled_model_at_once(monkeypatch):
     said: list = []
     log = EventLog()
     log.add(said.append)
-    path, name = runner.resolve_model_file(None, log)
+    path, name = prepare.resolve_model_file(None, log)
     assert name == "smollm2-135m" and path.is_file()
     assert len(said) == 1 and isinstance(said[0], ev.Status)
     assert said[0].message.startswith("Qwen2.5 0.5B Instruct is recommended for this computer but is not downloaded")

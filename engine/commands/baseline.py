@@ -74,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise SapoError(f"--per-task must be 1..1000, got {args.per_task}")
     if not 1 <= args.samples <= 16:
         raise SapoError(f"--samples must be 1..16, got {args.samples}")
-    from engine.config import build_config, load_toml, resolve_auto
-    from engine.tasks.questions import build_mix
+    from engine.config import build_config, load_toml
 
     flags = {"model": args.model, "preset": args.preset, "max_tokens": args.max_tokens, "fewshot": args.fewshot,
              "threads": args.threads,
@@ -83,16 +82,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(load_toml(args.config) if args.config else {}, {k: v for k, v in flags.items() if v is not None})
     if cfg.tasks is not None and not cfg.tasks:
         raise SapoError("--tasks is empty")
-    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # fails before the model loads
 
-    from engine.models.modelfile import inspect_gguf
-    from engine.paths import default_threads
-    from engine.run.runner import resolve_model_file
+    from engine.models.prepare import prepare_model
 
-    source, model_name = resolve_model_file(cfg.model)
-    info = inspect_gguf(source)
-    cfg = resolve_auto(cfg, info.n_params, default_threads())
-    report = measure(cfg, source, model_name, weights, prompts, args.per_task, args.samples, args.seed, args.speed)
+    # Task settings are checked before the model loads; each format's working copy is made by measure().
+    model = prepare_model(cfg, weights="as-is")
+    cfg = model.cfg
+    report = measure(cfg, model.source, model.name, weights, prompts, args.per_task, args.samples, args.seed, args.speed)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 

@@ -123,7 +123,7 @@ def _download(args: argparse.Namespace) -> int:
     from engine.models.catalog import by_name
     from engine.models.download import ensure_model
     from engine.run.event_log import EventLog
-    from engine.run.runner import _download_progress
+    from engine.models.prepare import download_progress
     from wire import events as ev
 
     entry = by_name(args.model)
@@ -133,7 +133,7 @@ def _download(args: argparse.Namespace) -> int:
     if args.events == "-":
         events.add_jsonl(sys.stdout)
     try:
-        path = ensure_model(entry, progress=_download_progress(events, entry.filename) if args.events else True)
+        path = ensure_model(entry, progress=download_progress(events, entry.filename) if args.events else True)
     except SapoError as exc:
         events.emit(ev.ErrorEvent(message=str(exc)))
         raise

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from engine.config import build_config, flag_settings, load_toml, resolve_auto
+from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
 from wire.protocol import Group
 
@@ -39,19 +39,17 @@ def verify_file(args: argparse.Namespace) -> int:
     group = read_group(args.group)
     cfg = build_config(load_toml(args.config) if args.config else {}, flag_settings(args))
 
+    from engine.models.prepare import prepare_model
     from engine.sampling.llm import LlamaModel
-    from engine.models.modelfile import inspect_gguf
-    from engine.run.runner import resolve_model_file
     from engine.sandbox.workers import Sandbox
-    from engine.tasks.questions import Prompts, build_mix, heldout_set, question_key
     from engine.sharing.admission import Verifier
+    from engine.tasks.questions import Prompts, build_mix, heldout_set, question_key
 
-    build_mix(cfg.preset or "paper", cfg.tasks, cfg.task_weights, cfg.task_config)  # a typo fails before the model
-    source, _ = resolve_model_file(cfg.model)
-    cfg = resolve_auto(cfg, inspect_gguf(source).n_params)
+    model = prepare_model(cfg, weights="as-is", threads=1)  # the file as shipped: its tokenizer and template
+    cfg = model.cfg
     mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
     heldout = heldout_set(mix, cfg.eval_per_task)
-    llm = LlamaModel(source, n_ctx=512, n_seq_max=1, threads=1)  # the tokenizer and chat template only
+    llm = LlamaModel(model.path, n_ctx=512, n_seq_max=1, threads=1)  # the tokenizer and chat template only
     try:
         with Sandbox(workers=1) as sandbox:
             prompts = Prompts(mix, cfg.fewshot, frozenset(question_key(q) for q in heldout), llm.prompt_tokens,

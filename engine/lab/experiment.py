@@ -1,8 +1,8 @@
 """``sapo-engine experiment``: N agents on one machine, through the real protocol, per configuration and seed.
 
 Each agent is a full node (engine/run/node.py): its own Ed25519 identity, question and sampling
-streams, LoRA, optimizer and checkpoints, talking to a real relay on 127.0.0.1 (started in this
-process, on a thread of its own). What the agents share is only the memory of the base model: one
+streams, LoRA, optimizer and checkpoints, talking to a real relay on 127.0.0.1 (a child process,
+engine/lab/relay_child.py). What the agents share is only the memory of the base model: one
 llama.cpp model whose LoRA slot is swapped to the agent about to act, and one torch model whose
 LoRA weights are swapped likewise (``Backbone``), so 8 agents of the bundled model fit in a few GB.
 
@@ -28,19 +28,17 @@ resume see fewer external groups for a round; the budget is kept with own groups
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import os
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config import NodeConfig, build_config, flag_settings, resolve_auto
+from engine.config import NodeConfig, build_config, flag_settings
 from engine.errors import SapoError
 
 QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill", "seeds": "0",
@@ -125,61 +123,7 @@ def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any]) ->
             **{k: metrics[k] for k in ROUND_KEYS if k in metrics}}
 
 
-# --- the relay, in this process ---------------------------------------------------------
-
-class LocalRelay:
-    """A real relay (relay/server.py) on 127.0.0.1, on its own thread and event loop."""
-
-    def __init__(self, data_dir: Path) -> None:
-        from relay.pool import PoolLimits
-        from relay.server import Relay, RelayConfig
-
-        # Agents publish in bursts of a round's groups; the author rate limit is for the open internet.
-        self.relay = Relay(RelayConfig(data_dir=data_dir, port=0, pool=PoolLimits(groups_per_minute=600)))
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="relay", daemon=True)
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.relay.start(), self.loop).result(30)
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.relay.port}"
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.relay.stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-# --- one base model for all agents --------------------------------------------------------
-
-def make_backbone(cfg: NodeConfig, model_path: Path, cache_dir: Path, budget: int) -> Any:
-    import torch
-    from peft.tuners.lora import LoraLayer
-
-    from engine.models.accel import choose_device, choose_dtype, gpu_layers
-    from engine.sampling.llm import LlamaModel
-    from engine.run.node import MAX_SEQS_PER_BATCH, SANDBOX_WORKERS, Backbone
-    from engine.learning.policy import attach_lora, load_base, lora_config
-    from engine.sandbox.workers import Sandbox
-
-    device = choose_device(cfg.device)
-    assert cfg.completions and cfg.max_tokens and cfg.threads
-    n_seq = min(MAX_SEQS_PER_BATCH, max(budget * cfg.completions, 2))
-    sandbox = Sandbox(SANDBOX_WORKERS)
-    llm = LlamaModel(model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=cfg.threads,
-                     n_gpu_layers=gpu_layers(cfg.gpu_layers, device))
-    base = load_base(model_path, cache_dir / "torch", dtype=choose_dtype(cfg.train_dtype, device), device=device)
-    policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
-
-    def reset_lora(seed: int) -> None:
-        torch.manual_seed(seed)
-        for module in policy.modules():
-            if isinstance(module, LoraLayer):
-                module.reset_lora_parameters("default", True)  # peft's own init: A random, B zero
-
-    return Backbone(llm, policy, sandbox, reset_lora)
-
+# --- agents on one backbone -------------------------------------------------------------
 
 class Agent:
     """A node and its LoRA weights while another agent holds the backbone."""
@@ -219,7 +163,7 @@ class Plan:
     settings: dict[str, Any]  # NodeConfig settings common to every configuration
 
 
-class Progress:
+class EtaPrinter:
     """One line per agent-round: where the run is, and an ETA from the agent-rounds done so far."""
 
     def __init__(self, total: int, stream: Any = sys.stderr) -> None:
@@ -244,15 +188,14 @@ def _hms(s: float) -> str:
 
 
 def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
-    from engine.run.event_log import EventLog
+    from engine.lab.relay_child import RelayChild
     from engine.models.hardware import tune_allocator
-    from engine.sharing.keyfile import KEY_FILE, install
-    from engine.models.modelfile import inspect_gguf
+    from engine.models.prepare import prepare_model
+    from engine.run.backbone import Backbone
+    from engine.run.event_log import EventLog
     from engine.run.node import Node
-    from engine.paths import default_cache_dir, default_threads
-    from engine.run.runner import resolve_model_file
+    from engine.sharing.keyfile import KEY_FILE, install
     from engine.sharing.swarm_client import SwarmClient
-    from engine.models.working_copy import working_gguf
 
     plan.out.mkdir(parents=True, exist_ok=True)
     tune_allocator()
@@ -260,14 +203,12 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
     local, external = base_cfg.local_groups, base_cfg.external_groups
     # Seed-major: a run stopped part-way has every configuration for the seeds it finished, so it compares.
     cells = [(c, s, config_overrides(c, local, external)) for s in plan.seeds for c in plan.configs]
-    source, model_name = resolve_model_file(base_cfg.model or "smollm2-135m")
-    info = inspect_gguf(source)
-    base_cfg = resolve_auto(base_cfg, info.n_params, default_threads())
-    cache_dir = default_cache_dir()
-    model_path = working_gguf(source, base_cfg.weights, cache_dir / "models")
-    backbone = make_backbone(base_cfg, model_path, cache_dir, local + external)
-    progress = Progress(len(cells) * plan.agents * plan.rounds, stream)
-    relay = LocalRelay(plan.out / "relay")
+    model = prepare_model(base_cfg, fallback="smollm2-135m")
+    base_cfg = model.cfg
+    # One backbone for every agent, built as a single node's is; each agent's LoRA is swapped in (Agent).
+    backbone = Backbone.load(model, base_cfg, base_cfg.threads or 1)
+    progress = EtaPrinter(len(cells) * plan.agents * plan.rounds, stream)
+    relay = RelayChild(plan.out / "relay")
     try:
         for config, seed, overrides in cells:
             cell = plan.out / _safe(config) / f"seed-{seed}"
@@ -286,18 +227,16 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
                 identity = agent_identity(k)
                 swarm = None
                 if cfg.external_groups > 0:
-                    swarm = SwarmClient(relay.url, f"{_safe(config)}-s{seed}", identity, model_name, None,
+                    swarm = SwarmClient(relay.url, f"{_safe(config)}-s{seed}", identity, model.name, None,
                                         on_status=lambda _m: None)
-                node = Node(cfg, model_path, model_name, identity.node_id, EventLog(), cfg.threads or 1, data,
-                            info.architecture, cache_dir, swarm, backbone=backbone)
+                node = Node(cfg, model, identity.node_id, EventLog(), data, swarm, backbone=backbone)
                 agents.append(Agent(k, node))
             _run_cell(cell, config, seed, agents, plan.rounds, progress)
             for a in agents:
                 a.node.close()
     finally:
         relay.close()
-        backbone.sandbox.close()
-        backbone.llm.close()
+        backbone.close()
 
 
 def _safe(config: str) -> str:
@@ -326,7 +265,7 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig)
     os.replace(tmp, old)
 
 
-def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: int, progress: Progress) -> None:
+def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: int, progress: EtaPrinter) -> None:
     path = cell / "records.jsonl"
     done = {a.index: a.node.round for a in agents}
     kept = keep_records(read_records(path), done)

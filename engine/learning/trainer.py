@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, Sequence, Union
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from engine.config import NodeConfig, resolve_auto
 from engine.models.accel import MAX_AUTO_BUDGET
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.grpo import clipped_token_loss
@@ -46,21 +47,33 @@ LOGIT_CHUNK = 256  # positions per lm_head chunk: 256 x 49,152 x 4 B = 50 MB at 
 Unit = Union[TrainGroup, TrainSequence]
 
 
+# The training settings' defaults are the node's (engine/config.py says where each comes from), as
+# resolved for the bundled model size; written there once, read here.
+_NODE = resolve_auto(NodeConfig(), n_params=0)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = 1e-4  # the node's default (engine/config.py says why)
-    optimizer: str = "adamw"
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    micro_batch: int = 8  # completions per micro-batch at most; a group is split only when alone over the memory budget
-    iterations: int = 1
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    checkpointing: str = "auto"  # auto (by memory budget) | always | never
+    learning_rate: float = _NODE.learning_rate
+    optimizer: str = _NODE.optimizer
+    weight_decay: float = _NODE.weight_decay
+    grad_clip: float = _NODE.grad_clip
+    micro_batch: int = _NODE.micro_batch  # completions per micro-batch at most; a group is split only over budget
+    iterations: int = _NODE.iterations
+    eps_low: float = _NODE.eps_low
+    eps_high: float = _NODE.eps_high
+    checkpointing: str = _NODE.checkpointing  # auto (by memory budget) | always | never
     memory_budget: int = MAX_AUTO_BUDGET  # activation bytes a micro-batch may keep without recomputation
-    shared_prefix: bool = True  # False: every completion re-runs its prompt (the reference path)
-    external_negatives: str = "onpolicy"  # engine.learning.offpolicy: onpolicy | drop | topr
-    importance_cap: float = 0.0  # truncated importance sampling cap C (0 = off)
+    shared_prefix: bool = _NODE.shared_prefix  # False: every completion re-runs its prompt (the reference path)
+    external_negatives: str = _NODE.external_negatives  # engine.learning.offpolicy: onpolicy | drop | topr
+    importance_cap: float = _NODE.importance_cap  # truncated importance sampling cap C (0 = off)
+
+    @classmethod
+    def from_settings(cls, cfg: NodeConfig, memory_budget: int) -> TrainConfig:
+        """The training part of a node's (resolved) settings: every field of the same name."""
+        cfg.check_resolved()
+        same = {f.name: getattr(cfg, f.name) for f in fields(cls) if hasattr(cfg, f.name)}
+        return cls(**same | {"memory_budget": memory_budget})
 
     @property
     def weighted(self) -> bool:

@@ -1,8 +1,10 @@
 """One node's round loop.
 
-A round: draw I questions -> L completions each (one llama.cpp batch) -> score ->
-(share, sample J external groups) -> train -> export + swap the adapter -> checkpoint ->
-events. This module wires the pieces together; each piece lives in its own module.
+``run_round`` is the paper's round, one short method per stage: receive J groups from the swarm
+(verified) -> generate L completions for each own question (one llama.cpp batch) and score them ->
+share the groups with reward spread -> learn (GRPO on own + external) -> swap the adapter into
+llama.cpp -> checkpoint -> one ``round`` event, its metrics built in one place (``_metrics``).
+This module wires the stages together; each stage's work lives in its own subpackage.
 
 Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 - follows: each node trains its own policy on I own + J external groups a round, groups shared
@@ -33,112 +35,99 @@ import dataclasses
 import random
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import msgspec
 import torch
 from peft import get_peft_model_state_dict
 
-from engine.models.accel import choose_device, choose_dtype, gpu_layers, memory_budget
-from engine.sampling.adapter import AdapterSync
-from engine.learning.checkpoint import CheckpointStore, NodeState, lora_digest
 from engine.config import NodeConfig
 from engine.errors import SapoError
+from engine.learning.checkpoint import CheckpointStore, NodeState, lora_digest
+from engine.learning.grpo import build_groups
+from engine.learning.trainer import TrainConfig, Trainer, TrainStats
+from engine.models.accel import memory_budget
+from engine.models.prepare import PreparedModel
+from engine.run.backbone import Backbone
 from engine.run.evaluate import evaluate
 from engine.run.event_log import EventLog
-from engine.sharing.selection import Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy
-from engine.tasks.groups import Completion, ScoredGroup, summarize
-from engine.learning.grpo import build_groups
-from engine.sampling.llm import LlamaModel
-from engine.learning.policy import attach_lora, load_base, lora_config
 from engine.run.progress import PhaseReporter, feed_samples
-from engine.tasks.rewards import Score
+from engine.sampling.adapter import AdapterSync
 from engine.sampling.rollout import RolloutGenerator, SamplingParams
-from engine.sharing.swarm_client import SwarmClient
-from engine.learning.trainer import TrainConfig, Trainer
-from engine.sandbox.workers import Sandbox, score_groups
-from engine.tasks.questions import Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed, heldout_set, question_key
+from engine.sandbox.workers import score_groups
 from engine.sharing.admission import Verifier, cap_external_tokens
+from engine.sharing.selection import Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy
+from engine.sharing.swarm_client import SwarmClient
+from engine.tasks.groups import Completion, ScoredGroup, summarize
+from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed,
+                                    heldout_set, question_key)
+from engine.tasks.rewards import Score
 from wire import events as ev
 from wire.identity import display_name
 from wire.protocol import Group, StatsReply, group_digest, has_spread
 
-MAX_SEQS_PER_BATCH = 64
-SANDBOX_WORKERS = 2  # one stuck on a hostile group's timeout leaves the other scoring
-
 
 @dataclass
-class Backbone:
-    """One base model serving several nodes in one process (``sapo-engine experiment``): a llama.cpp
-    model whose LoRA slot is swapped per node, a peft model whose LoRA weights are swapped per node,
-    and one scoring sandbox. Whoever made it swaps the right node in (engine/lab/experiment.py) and closes it."""
+class RoundWork:
+    """What one round has made so far; ``Node._metrics`` turns it into the round's event."""
 
-    llm: LlamaModel
-    policy: Any  # peft PeftModel with one LoRA; engine.lab.experiment keeps each node's weights
-    sandbox: Sandbox
-    reset_lora: Callable[[int], None]  # a fresh LoRA from a seed, as attach_lora would make one
+    number: int
+    own: list[ScoredGroup] = field(default_factory=list)
+    external: list[ScoredGroup] = field(default_factory=list)  # verified, chosen for training
+    spare: list[ScoredGroup] = field(default_factory=list)  # verified, not chosen: for dead slots
+    rejected: Counter[str] = field(default_factory=Counter)
+    gen_tokens: int = 0
+    gen_s: float = 0.0
+    dead_slots_filled: int = 0
+    shared: int = 0
+    score_s: float = 0.0
+    train: TrainStats | None = None
+    dropped: int = 0
+    swap_ms: float = 0.0
+    checkpoint_ms: float = 0.0
+    eval_s: float = 0.0
 
 
 class Node:
-    """Owns the sampler (llama.cpp), the policy (torch + LoRA) and the node's state."""
+    """Owns the node's state and its round; samples and trains on a ``Backbone`` (its own, or shared)."""
 
-    def __init__(self, cfg: NodeConfig, model_path: Path, model_name: str, node_id: str, events: EventLog,
-                 threads: int, data_dir: Path, arch: str, cache_dir: Path,
+    def __init__(self, cfg: NodeConfig, model: PreparedModel, node_id: str, events: EventLog, data_dir: Path,
                  swarm: SwarmClient | None = None, backbone: Backbone | None = None) -> None:
         cfg.check_resolved()
         self.cfg = cfg
-        self.model_name = model_name
+        self.model_name = model.name
         self.node_id = node_id
         self.events = events
         self.mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
-        self.backbone = backbone
-        # workers load reasoning-gym while the model loads
-        self.sandbox = backbone.sandbox if backbone else Sandbox(SANDBOX_WORKERS)
+        self.owns_backbone = backbone is None
+        threads = cfg.threads or 1
+        torch.set_num_threads(threads)
+        self.backbone = backbone or Backbone.load(model, cfg, threads)
+        self.llm, self.policy, self.sandbox = self.backbone.llm, self.backbone.policy, self.backbone.sandbox
         self.heldout = heldout_set(self.mix, cfg.eval_per_task)
         self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
         self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)
-        budget = cfg.local_groups + cfg.external_groups
-        n_seq = min(MAX_SEQS_PER_BATCH, max(budget * cfg.completions, 2))
-        self.device = choose_device(cfg.device)
-        self.llm = backbone.llm if backbone else LlamaModel(
-            model_path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=threads,
-            n_gpu_layers=gpu_layers(cfg.gpu_layers, self.device))
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
                                      logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
         self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens,
                                   cfg.prompts)
-        self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model_path)},
-                               model=model_name)
-
-        lora_seed = derive_seed("lora-init", node_id, cfg.seed) % 2**31
-        torch.manual_seed(lora_seed)
-        torch.set_num_threads(threads)
-        self.train_dtype = choose_dtype(cfg.train_dtype, self.device)
-        if backbone is not None:
-            self.policy = backbone.policy
-            backbone.reset_lora(lora_seed)  # this node's own initial LoRA (a checkpoint, if any, replaces it)
-        else:
-            base = load_base(model_path, cache_dir / "torch", dtype=self.train_dtype, device=self.device)
-            self.policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout,
-                                                        cfg.lora_targets))
-        self.trainer = Trainer(self.policy, TrainConfig(
-            learning_rate=cfg.learning_rate, optimizer=cfg.optimizer, weight_decay=cfg.weight_decay,
-            grad_clip=cfg.grad_clip, micro_batch=cfg.micro_batch, iterations=cfg.iterations,
-            eps_low=cfg.eps_low, eps_high=cfg.eps_high, checkpointing=cfg.checkpointing,
-            shared_prefix=cfg.shared_prefix,
-            memory_budget=memory_budget(cfg.train_memory_mb, self.device),
-            external_negatives=cfg.external_negatives, importance_cap=cfg.importance_cap))
-        self.sync = AdapterSync(self.llm, data_dir / "adapters", arch)
+        self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model.path)},
+                               model=model.name)
+        # This node's own initial LoRA (a checkpoint, if any, replaces it below)
+        self.backbone.reset_lora(derive_seed("lora-init", node_id, cfg.seed) % 2**31)
+        self.trainer = Trainer(self.policy, TrainConfig.from_settings(
+            cfg, memory_budget(cfg.train_memory_mb, self.backbone.device)))
+        self.sync = AdapterSync(self.llm, data_dir / "adapters", model.architecture)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
         self.swarm = swarm
         self._last_stats: StatsReply | None = None  # the relay's view after the last round, for the swarm event
         self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
                                  detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
                                  completions=cfg.completions, max_tokens=cfg.max_tokens,
-                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task, model=model_name)
+                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task, model=model.name)
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
@@ -151,6 +140,11 @@ class Node:
     @property
     def round(self) -> int:
         return self.state.round
+
+    @property
+    def budget(self) -> int:
+        """I + J: groups a round trains on, whoever made them."""
+        return self.cfg.local_groups + self.cfg.external_groups
 
     def _resume(self) -> None:
         latest = self.checkpoints.latest()
@@ -190,7 +184,6 @@ class Node:
         scores = self.score(list(zip(questions, outs)))
         return [ScoredGroup(q, p, cs, sc) for q, p, cs, sc in zip(questions, prompts, outs, scores)]
 
-    # --- the loop ---
     def evaluate(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.phases.start(self.round, "evaluating")
@@ -203,115 +196,142 @@ class Node:
                                    "eval_sampled_accuracy": result["eval_sampled_accuracy"]})
         return result
 
+    # --- the round ---
     def run_round(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        rnd = self.round + 1
-        eval_s = 0.0
+        r = RoundWork(self.round + 1)
         if self.round == 0 and self.cfg.eval_every and not self.state.history:
-            eval_s += self.evaluate()["eval_s"]  # the baseline, before any training
+            r.eval_s += self.evaluate()["eval_s"]  # the baseline, before any training
         self.score_s = 0.0
-        # 1. external groups first: how many arrive decides how many we make ourselves (budget I + J)
-        budget = self.cfg.local_groups + self.cfg.external_groups
-        if self.swarm is not None:
-            self.phases.start(rnd, "external")
-        external, spare, rejected = self._external_groups(rnd)
-        # 2. rollouts on our own questions
-        self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, rnd))
-        n_local = budget - len(external)
-        self.phases.start(rnd, "generating", n_local * self.cfg.completions)
-        groups = self.rollout(self.stream.draw(n_local))
-        gen = self.generator.last
-        gen_tokens, gen_s = gen.tokens, gen.seconds
-        filled = 0
-        if self.cfg.fill_dead_slots:  # own groups without spread train nothing: refill their slots
-            dead = dead_slots([has_spread(g.rewards) for g in groups], len(external), budget)
-            if self.swarm is None or self.cfg.external_groups == 0:  # alone: one more batch of own draws
-                extra = []
-                if dead:  # a progress phase of its own, so the GUI's bar does not run backwards
-                    self.phases.start(rnd, "generating", dead * self.cfg.completions)
-                    extra = self.rollout(self.stream.draw(dead))
-                    # (only then: with no extra batch, generator.last is still the first one's)
-                    gen_tokens, gen_s = gen_tokens + self.generator.last.tokens, gen_s + self.generator.last.seconds
-                groups += extra
-                filled = sum(has_spread(g.rewards) for g in extra)
-            else:
-                filled = min(dead, len(spare))
-                external += spare[:filled]
-        self.task_accuracy = update_task_accuracy(
-            self.task_accuracy, {t: v["accuracy"] for t, v in _per_task(groups).items()})
-        external, over_share = cap_external_tokens(groups, external, self.cfg.external_token_share)
-        if over_share:
-            rejected["token_share"] += len(over_share)
-            self.rejected_total["token_share"] += len(over_share)
+        self._receive(r)  # 1. external groups first: how many arrive decides how many we make (budget I + J)
+        self._generate(r)  # 2. L completions for each own question, scored
+        self._fill_dead_slots(r)
+        self._cap_external(r)
         self.pause_point()
-        # 3. share our groups (plain text) with the swarm
-        if self.swarm is not None:
-            self.phases.start(rnd, "sharing")
-        shared = self._publish(groups, rnd)
-        # 4. GRPO update on own + external groups with reward spread
-        score_s = self.score_s
-        train_groups, dropped = build_groups(groups + external)
-        self.pause_point()
-        self.phases.start(rnd, "training")
-        train = self.trainer.step(train_groups, self.phases.progress)
-        self._report(rnd, external)
-        for g in external:
-            self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
-        # 5. hot-swap the new adapter into llama.cpp, then checkpoint
-        self.phases.start(rnd, "swapping")
-        swap_ms = self.sync.sync(self.policy) if train.tokens else 0.0
-        summary = summarize(groups)
-        self.state.round = rnd
-        self.state.stream = dataclasses.asdict(self.stream.state)
-        self.state.history.append({"type": "round", "round": rnd, **{k: round(v, 4) for k, v in summary.items()},
-                                   "loss": round(train.loss, 6)})
-        # 6. held-out evaluation when due (before the checkpoint, so that its history has it)
-        if self.cfg.eval_every and rnd % self.cfg.eval_every == 0:
-            eval_s += self.evaluate()["eval_s"]
-        t_ckpt = time.perf_counter()
-        self.phases.start(rnd, "checkpointing")
-        self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
-        metrics: dict[str, Any] = {
-            "round": rnd,
-            **summary,
-            "groups": len(groups),
-            "gen_tokens": gen_tokens,
-            "gen_s": round(gen_s, 3),
-            "gen_tokens_per_s": round(gen_tokens / gen_s, 1) if gen_s > 0 else 0.0,
-            "dead_slots_filled": filled,
-            "loss": train.loss,
-            "score_s": round(score_s, 4),
-            "train_s": round(train.seconds, 3),
-            "train_prompt_tokens": train.prompt_tokens,
-            "train_completion_tokens": train.tokens,
-            "swap_ms": round(swap_ms, 2),
-            "checkpoint_ms": round((time.perf_counter() - t_ckpt) * 1000, 1),
-            "groups_trained": len(groups) + len(external) - dropped,
-            "groups_dropped": dropped,
-            "tokens_trained": train.tokens,
-            "clip_low_frac": round(train.clip_low_frac, 4),
-            "clip_high_frac": round(train.clip_high_frac, 4),
-            "grad_norm": round(train.grad_norm, 4),
-            "per_task": _per_task(groups),
-            **self._swarm_metrics(rnd, external, rejected, shared),
-        }
-        if eval_s:
-            metrics["eval_s"] = round(eval_s, 2)
-        metrics["round_s"] = round(time.perf_counter() - t0, 3)
+        self._share(r)  # 3. own groups with reward spread, as plain text
+        r.score_s = self.score_s  # (an evaluation below scores too, apart)
+        self._learn(r)  # 4. GRPO on own + external groups with reward spread
+        self._swap(r)  # 5. the new adapter into llama.cpp
+        self._record(r)
+        if self.cfg.eval_every and r.number % self.cfg.eval_every == 0:  # before the checkpoint: its history has it
+            r.eval_s += self.evaluate()["eval_s"]
+        self._checkpoint(r)
+        metrics = self._metrics(r, time.perf_counter() - t0)
         round_event = msgspec.convert(metrics, ev.Round)
-        self.events.emit(msgspec.structs.replace(round_event, rollouts=feed_samples(groups, external)))
+        self.events.emit(msgspec.structs.replace(round_event, rollouts=feed_samples(r.own, r.external)))
         if self._last_stats is not None:
             self.events.emit(swarm_event(self._last_stats, self.node_id))
         return metrics
 
+    def _receive(self, r: RoundWork) -> None:
+        if self.swarm is not None:
+            self.phases.start(r.number, "external")
+        r.external, r.spare = self._external_groups(r.number, r.rejected)
+
+    def _generate(self, r: RoundWork) -> None:
+        self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, r.number))
+        n_local = self.budget - len(r.external)
+        self.phases.start(r.number, "generating", n_local * self.cfg.completions)
+        r.own = self.rollout(self.stream.draw(n_local))
+        r.gen_tokens, r.gen_s = self.generator.last.tokens, self.generator.last.seconds
+
+    def _fill_dead_slots(self, r: RoundWork) -> None:
+        """Own groups without spread train nothing: refill their slots (``fill_dead_slots``)."""
+        if not self.cfg.fill_dead_slots:
+            return
+        dead = dead_slots([has_spread(g.rewards) for g in r.own], len(r.external), self.budget)
+        if self.swarm is not None and self.cfg.external_groups > 0:  # with peers: their next-best groups
+            r.dead_slots_filled = min(dead, len(r.spare))
+            r.external += r.spare[:r.dead_slots_filled]
+            return
+        if dead:  # alone: one more batch of own draws, a progress phase of its own (the bar never runs back)
+            self.phases.start(r.number, "generating", dead * self.cfg.completions)
+            extra = self.rollout(self.stream.draw(dead))
+            r.gen_tokens += self.generator.last.tokens
+            r.gen_s += self.generator.last.seconds
+            r.own += extra
+            r.dead_slots_filled = sum(has_spread(g.rewards) for g in extra)
+
+    def _cap_external(self, r: RoundWork) -> None:
+        self.task_accuracy = update_task_accuracy(
+            self.task_accuracy, {t: v["accuracy"] for t, v in _per_task(r.own).items()})
+        r.external, over_share = cap_external_tokens(r.own, r.external, self.cfg.external_token_share)
+        if over_share:
+            r.rejected["token_share"] += len(over_share)
+            self.rejected_total["token_share"] += len(over_share)
+
+    def _share(self, r: RoundWork) -> None:
+        if self.swarm is not None:
+            self.phases.start(r.number, "sharing")
+        r.shared = self._publish(r.own, r.number)
+
+    def _learn(self, r: RoundWork) -> None:
+        train_groups, r.dropped = build_groups(r.own + r.external)
+        self.pause_point()
+        self.phases.start(r.number, "training")
+        r.train = self.trainer.step(train_groups, self.phases.progress)
+        self._report(r.number, r.external)
+        for g in r.external:
+            self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
+
+    def _swap(self, r: RoundWork) -> None:
+        self.phases.start(r.number, "swapping")
+        r.swap_ms = self.sync.sync(self.policy) if r.train and r.train.tokens else 0.0
+
+    def _record(self, r: RoundWork) -> None:
+        assert r.train is not None
+        self.state.round = r.number
+        self.state.stream = dataclasses.asdict(self.stream.state)
+        self.state.history.append({"type": "round", "round": r.number,
+                                   **{k: round(v, 4) for k, v in summarize(r.own).items()},
+                                   "loss": round(r.train.loss, 6)})
+
+    def _checkpoint(self, r: RoundWork) -> None:
+        t0 = time.perf_counter()
+        self.phases.start(r.number, "checkpointing")
+        self.checkpoints.save(self.policy, self.trainer.optimizer, self.state)
+        r.checkpoint_ms = (time.perf_counter() - t0) * 1000
+
+    def _metrics(self, r: RoundWork, round_s: float) -> dict[str, Any]:
+        """The round's figures, in the names of the ``round`` event (docs/EVENTS.md)."""
+        train = r.train
+        assert train is not None
+        metrics: dict[str, Any] = {
+            "round": r.number,
+            **summarize(r.own),
+            "groups": len(r.own),
+            "gen_tokens": r.gen_tokens,
+            "gen_s": round(r.gen_s, 3),
+            "gen_tokens_per_s": round(r.gen_tokens / r.gen_s, 1) if r.gen_s > 0 else 0.0,
+            "dead_slots_filled": r.dead_slots_filled,
+            "loss": train.loss,
+            "score_s": round(r.score_s, 4),
+            "train_s": round(train.seconds, 3),
+            "train_prompt_tokens": train.prompt_tokens,
+            "train_completion_tokens": train.tokens,
+            "swap_ms": round(r.swap_ms, 2),
+            "checkpoint_ms": round(r.checkpoint_ms, 1),
+            "groups_trained": len(r.own) + len(r.external) - r.dropped,
+            "groups_dropped": r.dropped,
+            "tokens_trained": train.tokens,
+            "clip_low_frac": round(train.clip_low_frac, 4),
+            "clip_high_frac": round(train.clip_high_frac, 4),
+            "grad_norm": round(train.grad_norm, 4),
+            "per_task": _per_task(r.own),
+            **self._swarm_metrics(r),
+        }
+        if r.eval_s:
+            metrics["eval_s"] = round(r.eval_s, 2)
+        metrics["round_s"] = round(round_s, 3)
+        return metrics
+
     # --- the swarm ---
-    def _external_groups(self, rnd: int) -> tuple[list[ScoredGroup], list[ScoredGroup], Counter[str]]:
+    def _external_groups(self, rnd: int, rejected: Counter[str]) -> tuple[list[ScoredGroup], list[ScoredGroup]]:
         """Up to J groups from other nodes, each verified and re-scored here, chosen by
         ``external_selection``; then the other eligible ones, best first (for ``fill_dead_slots``);
-        the refused counted by reason."""
-        rejected: Counter[str] = Counter()
+        the refused counted by reason in ``rejected``."""
         if self.swarm is None or self.cfg.external_groups == 0:
-            return [], [], rejected
+            return [], []
         tasks = None if self.cfg.external_any_task else sorted({e.dataset for e in self.mix})
         out = []
         screened = []
@@ -342,7 +362,7 @@ class Node:
                            has_spread(g.rewards)) for g in out]
         rng = random.Random(derive_seed("external", self.node_id, self.cfg.seed, rnd))
         chosen = [out[i] for i in rank(cands, self.cfg.external_selection, self.task_accuracy, rng)]
-        return chosen[:self.cfg.external_groups], chosen[self.cfg.external_groups:], rejected
+        return chosen[:self.cfg.external_groups], chosen[self.cfg.external_groups:]
 
     def _publish(self, groups: list[ScoredGroup], rnd: int) -> int:
         """Share groups with reward spread (the relay refuses the others); returns how many were accepted."""
@@ -360,7 +380,8 @@ class Node:
         if self.swarm is not None:
             self.swarm.report(rnd, [g.digest for g in external if g.digest and has_spread(g.rewards)])
 
-    def _swarm_metrics(self, rnd: int, external: list[ScoredGroup], rejected: Counter[str], shared: int) -> dict[str, Any]:
+    def _swarm_metrics(self, r: RoundWork) -> dict[str, Any]:
+        external, rejected = r.external, r.rejected
         if self.swarm is None:
             return {"external_groups": 0, "rejected_groups": 0, "relay_connected": None, "peers": 0}
         stats = self._last_stats = self.swarm.stats()
@@ -372,7 +393,7 @@ class Node:
             "rejected_reasons": dict(rejected),
             "rejected_total": sum(self.rejected_total.values()),
             "rejected_by_sender": dict(self.rejected_by_sender.most_common(10)),  # node id -> groups, since start
-            "groups_shared": shared,
+            "groups_shared": r.shared,
             "relay_connected": self.swarm.connected,
             "peers": self.swarm.peers,
         }
@@ -388,9 +409,8 @@ class Node:
     def close(self) -> None:
         if self.swarm is not None:
             self.swarm.close()
-        if self.backbone is None:  # a shared backbone is closed by its owner
-            self.sandbox.close()
-            self.llm.close()
+        if self.owns_backbone:  # a shared backbone is closed by its owner
+            self.backbone.close()
 
 
 def _wire_logprobs(g: ScoredGroup) -> Any:
