@@ -11,7 +11,7 @@ from app import settings as store
 from app.local_relay import port_open
 from app.settings import AppSettings
 from engine.errors import SapoError
-from relay.loadgen import free_port
+from tools.relay_loadgen import free_port
 
 
 @pytest.fixture
