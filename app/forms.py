@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
                                QSpinBox, QVBoxLayout, QWidget)
 
 from app.settings import DEFAULT_RELAY, POWER_WORDS, AppSettings, preset_threads
+from wire.addresses import relay_urls_problem
 
 SWARM_CHOICES = (
     ("public", "Join a swarm", "Train together with the volunteers of a swarm on a relay server."),
@@ -28,31 +27,6 @@ def one_tab_stop(group: QButtonGroup) -> None:
 
     group.buttonToggled.connect(fix)
     fix()
-
-
-def relay_problem(text: str) -> str | None:
-    """Why a relay URL (or a comma-separated list of replicas) is unusable, or None. The rule of
-    ``engine.swarm.check_relay_urls``, kept here so the app stays off the engine's modules; the
-    engine checks again when it starts."""
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    if not urls:
-        return "relay URL must look like ws://host:port or wss://host:port, got ''"
-    for url in urls:
-        problem = _url_problem(url)
-        if problem:
-            return problem
-    return None
-
-
-def _url_problem(url: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        return f"relay URL has an invalid port: {url!r}"
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        return f"relay URL must look like ws://host:port or wss://host:port, got {url!r}"
-    return None
 
 
 class SwarmForm(QWidget):
@@ -119,7 +93,7 @@ class SwarmForm(QWidget):
     def problem_text(self) -> str | None:
         kind = self.kind
         if kind in ("public", "private"):
-            problem = relay_problem(self.relay.text())
+            problem = relay_urls_problem(self.relay.text())  # wire's rule; the engine checks again when it starts
             if problem:
                 return problem
         if kind != "offline" and not 1 <= len(self.swarm.text().strip()) <= 64:

@@ -14,7 +14,6 @@ swarm must not create state: such swarms are answered with zeros, and nothing is
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from typing import Any
@@ -23,7 +22,6 @@ from relay.view import RelayView
 from wire.identity import display_name
 from wire.protocol import LEADERBOARD_ROWS
 
-SWARM_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # wire.protocol.SwarmName
 MAX_SWARMS_LISTED = 100
 MAX_MODELS_LISTED = 10
 MODEL_CHARS = 48  # a model name is chosen by its peer: shown short, and only as text
