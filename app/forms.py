@@ -6,6 +6,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
                                QSpinBox, QVBoxLayout, QWidget)
 
+from app import palette
 from app.settings import DEFAULT_RELAY, POWER_WORDS, AppSettings, preset_threads
 from wire.addresses import relay_urls_problem
 
@@ -45,7 +46,7 @@ class SwarmForm(QWidget):
             layout.addWidget(button)
             hint = QLabel(words)
             hint.setWordWrap(True)
-            hint.setStyleSheet("color: #555; margin-left: 24px")
+            hint.setStyleSheet(f"color: {palette.MUTED_TEXT}; margin-left: 24px")
             layout.addWidget(hint)
         box = QGroupBox("Swarm details")
         form = QFormLayout(box)
@@ -65,7 +66,7 @@ class SwarmForm(QWidget):
         form.addRow("Token (password):", self.token)
         form.addRow("Port on this computer:", self.port)
         self.problem = QLabel("")
-        self.problem.setStyleSheet("color: #b00020")
+        self.problem.setStyleSheet(f"color: {palette.ERROR_TEXT}")
         self.problem.setWordWrap(True)
         layout.addWidget(box)
         layout.addWidget(self.problem)
