@@ -90,7 +90,7 @@ class EngineProcess(QObject):
         self._set_state("starting")
         full_env = dict(os.environ if env is None else env)
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        # The engine needs a fixed string-hash seed (engine/hashseed.py) and would otherwise restart itself;
+        # The engine needs a fixed string-hash seed (engine/tasks/hashseed.py) and would otherwise restart itself;
         # on Windows that restart is a grandchild this QProcess could not stop.
         full_env["PYTHONHASHSEED"] = "0"
         return self._proc.start(program, prefix + list(args), full_env)

@@ -20,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from engine.adapter import AdapterSync, export_gguf_adapter  # noqa: E402
-from engine.llm import LlamaModel  # noqa: E402
-from engine.modelfile import bundled_model_path, inspect_gguf  # noqa: E402
-from engine.policy import attach_lora, load_base, lora_config  # noqa: E402
-from engine.weights import working_gguf  # noqa: E402
+from engine.sampling.adapter import AdapterSync, export_gguf_adapter  # noqa: E402
+from engine.sampling.llm import LlamaModel  # noqa: E402
+from engine.models.modelfile import bundled_model_path, inspect_gguf  # noqa: E402
+from engine.learning.policy import attach_lora, load_base, lora_config  # noqa: E402
+from engine.models.working_copy import working_gguf  # noqa: E402
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

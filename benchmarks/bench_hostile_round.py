@@ -27,7 +27,7 @@ from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/ is the repository's, not an installed package
 
-from engine.tasks import QuestionStream, build_mix  # noqa: E402
+from engine.tasks.questions import QuestionStream, build_mix  # noqa: E402
 from tools.relay_loadgen import free_port, http_get  # noqa: E402
 from wire import protocol as p  # noqa: E402
 from wire.identity import Identity  # noqa: E402

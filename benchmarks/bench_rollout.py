@@ -24,11 +24,11 @@ import numpy as np
 import psutil
 import torch
 
-from engine.llm import LlamaModel
-from engine.modelfile import bundled_model_path
-from engine.rollout import RolloutGenerator, SamplingParams
-from engine.tasks import build_messages, build_mix, fewshot_messages, heldout_set
-from engine.weights import working_gguf
+from engine.sampling.llm import LlamaModel
+from engine.models.modelfile import bundled_model_path
+from engine.sampling.rollout import RolloutGenerator, SamplingParams
+from engine.tasks.questions import build_messages, build_mix, fewshot_messages, heldout_set
+from engine.models.working_copy import working_gguf
 
 
 def prompts_for(llm: LlamaModel, n: int) -> list[list[int]]:
@@ -84,8 +84,8 @@ def bench_hf(model: torch.nn.Module, prompts: list[list[int]], L: int, max_token
 
 
 def quality(path: Path, threads: int, per_task: int) -> tuple[float, float]:
-    from engine.rewards import score_completion
-    from engine.tasks import scorer_for
+    from engine.tasks.rewards import score_completion
+    from engine.tasks.questions import scorer_for
 
     mix = build_mix("easy")
     held = heldout_set(mix, per_task)
@@ -125,7 +125,7 @@ def main() -> None:
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB; threads {args.threads}")
     print(f"workload: {len(prompts)} questions x {L} completions, <= {T} new tokens, "
           f"prompt ~{np.mean([len(p) for p in prompts]):.0f} tokens, T=1")
-    from engine.policy import load_base
+    from engine.learning.policy import load_base
 
     hf = load_base(q4_0, cache / "torch")
     for fixed in (True, False):

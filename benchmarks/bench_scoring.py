@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine.llm import LlamaModel
-from engine.modelfile import bundled_model_path
-from engine.rewards import extract_answer, make_score, score_completion
-from engine.rollout import RolloutGenerator, SamplingParams
-from engine.safe_scoring import capped
-from engine.sandbox import Job, Sandbox
-from engine.tasks import Prompts, QuestionStream, build_mix, scorer_for
-from engine.weights import working_gguf
+from engine.sampling.llm import LlamaModel
+from engine.models.modelfile import bundled_model_path
+from engine.tasks.rewards import extract_answer, make_score, score_completion
+from engine.sampling.rollout import RolloutGenerator, SamplingParams
+from engine.sandbox.safe_scoring import capped
+from engine.sandbox.workers import Job, Sandbox
+from engine.tasks.questions import Prompts, QuestionStream, build_mix, scorer_for
+from engine.models.working_copy import working_gguf
 
 
 def round_seconds(rounds: int, threads: int, cache: Path) -> list[float]:

@@ -41,19 +41,19 @@ VARIANTS = {
 
 
 def _model_path(cache: Path) -> Path:
-    from engine.modelfile import bundled_model_path
-    from engine.weights import working_gguf
+    from engine.models.modelfile import bundled_model_path
+    from engine.models.working_copy import working_gguf
 
     return working_gguf(bundled_model_path(), "auto", cache / "models")
 
 
 def make_groups(preset: str, n_groups: int, completions: int, cache: Path, threads: int, out: Path) -> None:
     """Sample real groups with llama.cpp and write them as JSON (token ids and advantages)."""
-    from engine.grpo import group_advantages
-    from engine.llm import LlamaModel
-    from engine.rewards import score_completion
-    from engine.rollout import RolloutGenerator, SamplingParams
-    from engine.tasks import QuestionStream, build_messages, build_mix, fewshot_messages, scorer_for
+    from engine.learning.grpo import group_advantages
+    from engine.sampling.llm import LlamaModel
+    from engine.tasks.rewards import score_completion
+    from engine.sampling.rollout import RolloutGenerator, SamplingParams
+    from engine.tasks.questions import QuestionStream, build_messages, build_mix, fewshot_messages, scorer_for
 
     mix = build_mix(preset)
     questions = QuestionStream(mix, "bench", 0, []).draw(n_groups)
@@ -73,11 +73,11 @@ def make_groups(preset: str, n_groups: int, completions: int, cache: Path, threa
 def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, micro_batch: int) -> None:
     import torch
 
-    from engine.accel import choose_dtype, memory_budget
-    from engine.groups import TrainGroup
-    from engine.hardware import tune_allocator
-    from engine.policy import attach_lora, load_base, lora_config
-    from engine.trainer import TrainConfig, Trainer
+    from engine.models.accel import choose_dtype, memory_budget
+    from engine.tasks.groups import TrainGroup
+    from engine.models.hardware import tune_allocator
+    from engine.learning.policy import attach_lora, load_base, lora_config
+    from engine.learning.trainer import TrainConfig, Trainer
 
     tune_allocator()  # as the engine does at start
     torch.set_num_threads(threads)

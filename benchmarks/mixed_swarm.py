@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from relay_process import RelayProcess  # noqa: E402
 
-from engine.identity import install  # noqa: E402
+from engine.sharing.keyfile import install  # noqa: E402
 from wire.identity import Identity  # noqa: E402
 
 KEYS = {"smollm2": b"\x05" * 32, "gemma": b"\x06" * 32}  # fixed keys: the same node ids in every run

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from relay_process import RelayProcess  # noqa: E402
 
-from engine.identity import install  # noqa: E402
+from engine.sharing.keyfile import install  # noqa: E402
 from wire.identity import Identity  # noqa: E402
 
 

@@ -137,7 +137,7 @@ class NodeConfig:
     token: str | None = setting(None, "shared token of a private swarm")
     offline: bool = setting(False, "train alone, no relay")
     external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix "
-                                             "(within the size caps of engine.tasks.ANY_TASK_CAPS)")
+                                             "(within the size caps of engine.tasks.questions.ANY_TASK_CAPS)")
     # Token-mean loss weighs a group by its tokens: without a cap, a peer's long completions would
     # outweigh the node's own experience. With the paper's I = J = 4 honest groups give about half
     # the tokens; 0.7 leaves room for their spread and bounds a round of maximal-length external
@@ -145,7 +145,7 @@ class NodeConfig:
     external_token_share: float = setting(0.7, "largest share of an update's completion tokens that may come "
                                                "from the swarm; the longest external groups are left out "
                                                "beyond it (1 = no cap)")
-    # --- using external groups (engine/external.py, engine/offpolicy.py; measured in docs/RESULTS.md) ---
+    # --- using external groups (engine/sharing/selection.py, engine/learning/offpolicy.py; measured in docs/RESULTS.md) ---
     # Defaults: the best variant measured (docs/RESULTS.md, run 2: 4 agents, 8 rounds, 3 seeds):
     # useful + fill 1.22x alone in total reward (1.16-1.28x per seed), the paper's uniform 1.10x.
     external_selection: str = setting(

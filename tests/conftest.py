@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a model hub
 
 @pytest.fixture(scope="session")
 def bundled_gguf() -> Path:
-    from engine.modelfile import bundled_model_path
+    from engine.models.modelfile import bundled_model_path
 
     return bundled_model_path()
 
@@ -29,14 +29,14 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def working_gguf(bundled_gguf: Path, model_cache: Path) -> Path:
-    from engine.weights import working_gguf as make
+    from engine.models.working_copy import working_gguf as make
 
     return make(bundled_gguf, "auto", model_cache)
 
 
 @pytest.fixture(scope="session")
 def llm(working_gguf: Path):
-    from engine.llm import LlamaModel
+    from engine.sampling.llm import LlamaModel
 
     model = LlamaModel(working_gguf, n_ctx=4096, n_seq_max=16, threads=2)
     yield model

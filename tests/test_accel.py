@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import accel
+from engine.models import accel
 from engine.errors import SapoError
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine import adapter as adapter_mod
-from engine.adapter import AdapterSync, export_gguf_adapter
+from engine.sampling import adapter as adapter_mod
+from engine.sampling.adapter import AdapterSync, export_gguf_adapter
 from engine.errors import SapoError
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ MARGIN = 0.03
 
 @dataclass
 class Setup:
-    llm: object  # engine.llm.LlamaModel
+    llm: object  # engine.sampling.llm.LlamaModel
     model: object  # peft.PeftModel
     arch: str
     n_head: int
@@ -60,9 +60,9 @@ def torch_logprobs(model: torch.nn.Module, tokens: list[int]) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def setup(working_gguf: Path, model_cache: Path):
-    from engine.llm import LlamaModel
-    from engine.modelfile import inspect_gguf
-    from engine.policy import attach_lora, load_base, lora_config
+    from engine.sampling.llm import LlamaModel
+    from engine.models.modelfile import inspect_gguf
+    from engine.learning.policy import attach_lora, load_base, lora_config
 
     info = inspect_gguf(working_gguf)
     # One thread each: on a busy 2-core machine, 2 threads of torch or llama.cpp spin at their

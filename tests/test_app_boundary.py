@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 APP_MODULES = ["app", "app.main", "app.window", "app.wizard", "app.preferences", "app.dashboard", "app.charts",
                "app.engine_process", "app.engine_tasks", "app.local_relay", "app.power", "app.replay", "app.tray",
                "app.settings", "app.forms", "wire.events", "wire.models"]
-ENGINE_MODULES = ["engine", "engine.cli", "engine.runner", "engine.node", "engine.control", "engine.models_report",
-                  "engine.speed", "engine.progress", "engine.download", "engine.hardware"]
+ENGINE_MODULES = ["engine", "engine.commands.cli", "engine.run.runner", "engine.run.node", "engine.run.control", "engine.commands.models",
+                  "engine.commands.speed", "engine.run.progress", "engine.models.download", "engine.models.hardware"]
 
 
 def _loaded_after_import(modules: list[str]) -> set[str]:
@@ -36,5 +36,5 @@ def test_importing_the_app_never_imports_torch_or_llama_cpp():
 
 def test_importing_the_engine_never_imports_qt():
     loaded = _loaded_after_import(ENGINE_MODULES)
-    assert "torch" in loaded  # the check itself works: engine.node did load torch
+    assert "torch" in loaded  # the check itself works: engine.run.node did load torch
     assert not {m for m in loaded if m.split(".")[0] in ("PySide6", "shiboken6", "pyqtgraph", "app")}

@@ -21,7 +21,7 @@ from app.settings import AppSettings
 from app.window import MainWindow
 from wire import events as ev
 
-# Answers commands as the real engine's loop does (engine/control.py): state events, finish -> paused.
+# Answers commands as the real engine's loop does (engine/run/control.py): state events, finish -> paused.
 SCRIPTED_ENGINE = textwrap.dedent(r'''
     import json, sys
     def say(obj):

@@ -23,8 +23,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
-from engine.swarm import SwarmClient
-from engine.tasks import QuestionStream, build_mix
+from engine.sharing.swarm_client import SwarmClient
+from engine.tasks.questions import QuestionStream, build_mix
 from wire import protocol as p
 from wire.identity import Identity, node_id_for
 

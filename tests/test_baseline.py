@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from engine.evaluate import mean_and_se, task_spread
-from engine.groups import ScoredGroup
-from engine.rewards import Score
-from engine.tasks import build_mix, heldout_set
+from engine.run.evaluate import mean_and_se, task_spread
+from engine.tasks.groups import ScoredGroup
+from engine.tasks.rewards import Score
+from engine.tasks.questions import build_mix, heldout_set
 from tests.test_cli import assert_one_line_error, sapo
 
 

@@ -1,4 +1,4 @@
-"""engine.catalog: the model list and the memory formula."""
+"""engine.models.catalog: the model list and the memory formula."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from engine import catalog
-from engine.catalog import CATALOG, GiB, ModelShape, by_name, bundled_entry, entry_from_gguf, memory_needs
-from engine.modelfile import SUPPORTED_ARCHITECTURES, bundled_model_path, inspect_gguf
+from engine.models import catalog
+from engine.models.catalog import CATALOG, GiB, ModelShape, by_name, bundled_entry, entry_from_gguf, memory_needs
+from engine.models.modelfile import SUPPORTED_ARCHITECTURES, bundled_model_path, inspect_gguf
 
 
 def test_names_unique_and_typable():
@@ -89,7 +89,7 @@ def test_a_large_vocabulary_costs_training_memory():
 
 
 def test_gemma_entries_are_never_picked_automatically():
-    from engine.hardware import format_catalog, recommend
+    from engine.models.hardware import format_catalog, recommend
     from test_hardware import cpu_box, gpu_box
 
     for name in ("gemma3-270m", "gemma3-1b"):

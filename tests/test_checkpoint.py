@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import CheckpointStore, NodeState
+from engine.learning.checkpoint import CheckpointStore, NodeState
 from engine.errors import SapoError
-from engine.policy import attach_lora, lora_config
+from engine.learning.policy import attach_lora, lora_config
 
 
 @pytest.fixture

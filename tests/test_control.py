@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from engine.control import Control
+from engine.run.control import Control
 from wire import events as ev
 
 

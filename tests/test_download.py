@@ -1,4 +1,4 @@
-"""engine.download against a local imitation of the Hugging Face Hub (127.0.0.1 only).
+"""engine.models.download against a local imitation of the Hugging Face Hub (127.0.0.1 only).
 
 The server answers HEAD/GET on /{owner}/{repo}/resolve/{revision}/{filename} with the
 headers huggingface_hub relies on (ETag, X-Repo-Commit, Content-Length, 206 + Content-Range
@@ -20,10 +20,10 @@ import gguf
 import numpy as np
 import pytest
 
-from engine import catalog
-from engine.download import ensure_model
+from engine.models import catalog
+from engine.models.download import ensure_model
 from engine.errors import SapoError
-from engine.modelfile import bundled_model_path
+from engine.models.modelfile import bundled_model_path
 
 REPO = "sapo-test/Tiny-GGUF"
 FILENAME = "tiny-f32.gguf"
@@ -257,7 +257,7 @@ def test_bundled_needs_no_download(tmp_path):
 
 
 def test_local_entry(tmp_path):
-    from engine.modelfile import inspect_gguf
+    from engine.models.modelfile import inspect_gguf
 
     p = tmp_path / "local.gguf"
     p.write_bytes(tiny_gguf_bytes(tmp_path))

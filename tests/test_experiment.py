@@ -15,7 +15,7 @@ import pytest
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.experiment import config_overrides, keep_records, read_records
+from engine.lab.experiment import config_overrides, keep_records, read_records
 
 TINY = ["--configs", "swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
         "--completions", "4", "--max-tokens", "24", "--tasks", "basic_arithmetic,chain_sum", "--fewshot", "1",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SapoError
-from engine.experiment_report import curves, format_table, load_runs, report, table
+from engine.lab.report import curves, format_table, load_runs, report, table
 
 
 def _cell(root: Path, config: str, seed: int, rewards: dict[int, list[float]], *, done: bool = True,

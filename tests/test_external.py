@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.external import (Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy,
+from engine.sharing.selection import (Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy,
                              usefulness)
 
 CANDS = [

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.adapter import AdapterSync, export_gguf_adapter
-from engine.tasks import SYSTEM_PROMPT, build_messages
+from engine.sampling.adapter import AdapterSync, export_gguf_adapter
+from engine.tasks.questions import SYSTEM_PROMPT, build_messages
 
 from test_adapter import ALL_LINEAR, HELD_OUT_CHAT, K, MARGIN, TRAIN_CHAT, gap, lora, torch_logprobs
 
@@ -29,9 +29,9 @@ pytestmark = pytest.mark.slow
 
 @dataclass
 class Setup:
-    llm: object  # engine.llm.LlamaModel
+    llm: object  # engine.sampling.llm.LlamaModel
     model: object  # peft.PeftModel
-    info: object  # engine.modelfile.GGUFInfo
+    info: object  # engine.models.modelfile.GGUFInfo
     held_out: list[int]
     torch_base: np.ndarray
     torch_lora: np.ndarray
@@ -40,9 +40,9 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def gemma(gemma_gguf: Path, model_cache: Path):
-    from engine.llm import LlamaModel
-    from engine.modelfile import inspect_gguf
-    from engine.policy import attach_lora, load_base, lora_config
+    from engine.sampling.llm import LlamaModel
+    from engine.models.modelfile import inspect_gguf
+    from engine.learning.policy import attach_lora, load_base, lora_config
 
     info = inspect_gguf(gemma_gguf)
     threads = torch.get_num_threads()
@@ -70,7 +70,7 @@ def gemma(gemma_gguf: Path, model_cache: Path):
 
 
 def test_fixture_is_gemma3_270m(gemma_gguf: Path) -> None:
-    from engine.modelfile import inspect_gguf
+    from engine.models.modelfile import inspect_gguf
 
     info = inspect_gguf(gemma_gguf)
     assert info.architecture == "gemma3" and info.supported
@@ -98,7 +98,7 @@ def test_chat_template_is_gemmas_with_the_system_text_in_the_first_user_turn(gem
 def test_batched_rollouts_share_prompts_under_sliding_window_attention(gemma: Setup) -> None:
     """Greedy answers from one batch (prompt KV copied to every sequence) equal those decoded one by one,
     also for a prompt longer than Gemma's 512-token window."""
-    from engine.rollout import RolloutGenerator, SamplingParams
+    from engine.sampling.rollout import RolloutGenerator, SamplingParams
 
     long_q = " ".join(f"Box {i} holds {i * 7 % 13} stones." for i in range(70)) + " How many stones are in box 3?"
     prompts = [gemma.llm.prompt_tokens(build_messages(q, [])) for q in ("What is 12 + 30?", long_q)]

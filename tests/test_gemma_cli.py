@@ -77,7 +77,7 @@ def test_lora_target_the_architecture_lacks(data, tmp_path, gemma_gguf):
 
 def test_template_that_refuses_a_system_turn_gets_it_folded(tmp_path, bundled_gguf):
     """Like some Gemma templates: no system role. The node folds it into the first user turn instead."""
-    from engine.llm import LlamaModel
+    from engine.sampling.llm import LlamaModel
 
     template = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
                 "{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -93,7 +93,7 @@ def test_template_that_refuses_a_system_turn_gets_it_folded(tmp_path, bundled_gg
 
 
 def test_fold_system() -> None:
-    from engine.llm import fold_system
+    from engine.sampling.llm import fold_system
 
     chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
     assert fold_system(chat) == [{"role": "user", "content": "S\n\nU"}, {"role": "assistant", "content": "A"}]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.swarm import SwarmClient
+from engine.sharing.swarm_client import SwarmClient
 from wire.identity import Identity
 
 from test_swarm_e2e import _events, _node_id, finish, relay, start_engine  # noqa: F401 - relay is a fixture

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from engine.groups import Completion, ScoredGroup
-from engine.grpo import build_groups, clipped_token_loss, group_advantages
+from engine.tasks.groups import Completion, ScoredGroup
+from engine.learning.grpo import build_groups, clipped_token_loss, group_advantages
 
 
 def test_advantages_are_normalised_per_group():
@@ -27,7 +27,7 @@ def test_groups_without_spread_are_dropped():
 
 
 def test_build_groups_counts_dropped_groups():
-    from engine.rewards import Score
+    from engine.tasks.rewards import Score
 
     def group(rewards):
         comps = [Completion("x", [1, 2], "eog") for _ in rewards]

@@ -1,4 +1,4 @@
-"""engine.hardware: detection, the stable recommendation, resolving --model, the table."""
+"""engine.models.hardware: detection, the stable recommendation, resolving --model, the table."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from engine import hardware
-from engine.catalog import CATALOG, GiB, by_name
+from engine.models import hardware
+from engine.models.catalog import CATALOG, GiB, by_name
 from engine.errors import SapoError
-from engine.hardware import GPU, Hardware, detect, fit, format_catalog, recommend, resolve_model
-from engine.modelfile import bundled_model_path
+from engine.models.hardware import GPU, Hardware, detect, fit, format_catalog, recommend, resolve_model
+from engine.models.modelfile import bundled_model_path
 
 
 def cpu_box(cores: int = 2, ram_gib: float = 24, free_gib: float = 20) -> Hardware:

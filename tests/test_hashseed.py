@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 QUESTION = """
 import json
-from engine.tasks import regenerate
+from engine.tasks.questions import regenerate
 from wire.protocol import TaskSpec
 print(json.dumps([regenerate(TaskSpec("polynomial_multiplication", {}, 7, i)).question for i in range(6)]))
 """
@@ -37,7 +37,7 @@ def test_the_question_text_follows_the_hash_seed_and_the_fixed_seed_makes_it_one
 
 
 def test_the_engine_command_restarts_itself_with_the_fixed_seed():
-    probe = "import os, sys; from engine.cli import main; sys.argv = ['sapo-engine', '--help']; " \
+    probe = "import os, sys; from engine.commands.cli import main; sys.argv = ['sapo-engine', '--help']; " \
             "print('seed', os.environ.get('PYTHONHASHSEED'), flush=True); main()"
     out = subprocess.run([sys.executable, "-c", probe], env=_env("5"), cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
@@ -47,6 +47,6 @@ def test_the_engine_command_restarts_itself_with_the_fixed_seed():
 
 
 def test_scoring_workers_get_the_fixed_seed():
-    from engine import hashseed
+    from engine.tasks import hashseed
 
     assert hashseed.env({"PATH": "/bin", "PYTHONHASHSEED": "random"})["PYTHONHASHSEED"] == "0"

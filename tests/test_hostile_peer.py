@@ -20,7 +20,7 @@ import msgspec
 import pytest
 from websockets.sync.client import connect
 
-from engine.tasks import QuestionStream, build_mix, heldout_set
+from engine.tasks.questions import QuestionStream, build_mix, heldout_set
 from wire import protocol as p
 from wire.identity import Identity
 
@@ -138,7 +138,7 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     assert 0 < seen <= len(published)  # the relay hands out what fits its frames; each seen one is accounted for
     # Every refusal is counted, by reason and by sender, and none is for a hang or a dead worker.
     # (question_mismatch: reasoning-gym's polynomial_multiplication words its questions by Python's string
-    # hashing; nodes run with one hash seed (engine/hashseed.py), but this test's sender is the pytest process.)
+    # hashing; nodes run with one hash seed (engine/tasks/hashseed.py), but this test's sender is the pytest process.)
     assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch"}, reasons
     assert reasons.get("question_mismatch", 0) <= 1
     assert rounds[-1]["rejected_by_sender"].get(EVIL.node_id, 0) == sum(v for k, v in reasons.items() if k != "token_share")
@@ -150,7 +150,7 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     # Nothing lost: one checkpoint per round, the last one current and readable.
     ckpts = data / "checkpoints"
     assert (ckpts / "LATEST").read_text().strip() == f"round-{ROUNDS:06d}"
-    from engine.checkpoint import CheckpointStore
+    from engine.learning.checkpoint import CheckpointStore
 
     state = CheckpointStore(ckpts).load_state(ckpts / f"round-{ROUNDS:06d}")
     assert state.round == ROUNDS

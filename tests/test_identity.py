@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SapoError
-from engine.identity import INFO_FILE, KEY_FILE, load_or_create
+from engine.sharing.keyfile import INFO_FILE, KEY_FILE, load_or_create
 from wire.identity import node_id_for
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
@@ -79,7 +79,7 @@ def test_corrupt_key_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_install_gives_a_data_dir_a_chosen_identity(tmp_path: Path) -> None:
-    from engine.identity import install
+    from engine.sharing.keyfile import install
     from wire.identity import Identity
 
     me = Identity.from_seed(b"\x01" * 32)

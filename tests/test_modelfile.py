@@ -1,4 +1,4 @@
-"""engine.modelfile: GGUF metadata and the bundled model. Reads only headers: fast."""
+"""engine.models.modelfile: GGUF metadata and the bundled model. Reads only headers: fast."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import gguf
 import numpy as np
 import pytest
 
-from engine import modelfile
+from engine.models import modelfile
 from engine.errors import SapoError
-from engine.modelfile import SUPPORTED_ARCHITECTURES, bundled_model_path, inspect_gguf
+from engine.models.modelfile import SUPPORTED_ARCHITECTURES, bundled_model_path, inspect_gguf
 
 
 def write_tiny_gguf(path: Path, arch: str = "llama", *, n_layers: int = 2, vocab: int = 64, embd: int = 16) -> Path:
@@ -143,7 +143,7 @@ def test_unsupported_architecture(tmp_path):
 
 
 def test_supported_set():
-    from engine.adapter import ROPE_PERMUTED
+    from engine.sampling.adapter import ROPE_PERMUTED
 
     assert SUPPORTED_ARCHITECTURES == {"llama", "qwen2", "qwen3", "gemma3"}
     assert set(ROPE_PERMUTED) == SUPPORTED_ARCHITECTURES  # every one can export its LoRA

@@ -115,7 +115,7 @@ def test_rerun_with_same_target_does_nothing_more(trained, model_cache, tmp_path
 def test_sigkill_mid_round_resumes_from_the_last_checkpoint(tmp_path, model_cache):
     from safetensors.torch import load_file
 
-    from engine.checkpoint import lora_digest
+    from engine.learning.checkpoint import lora_digest
 
     data = _prepare(tmp_path / "data")
     ev = tmp_path / "killed.jsonl"
@@ -161,7 +161,7 @@ def test_corrupt_checkpoint_is_a_clear_error(trained, model_cache, tmp_path):
 
 
 def test_export_writes_a_peft_adapter_and_a_llama_cpp_adapter(trained, model_cache, tmp_path):
-    from engine.llm import LlamaModel
+    from engine.sampling.llm import LlamaModel
 
     data, _ = trained
     out = tmp_path / "out"

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from engine.grpo import clipped_token_loss
-from engine.offpolicy import token_weights
+from engine.learning.grpo import clipped_token_loss
+from engine.learning.offpolicy import token_weights
 
 NAN = float("nan")
 LN2 = math.log(2.0)
@@ -94,7 +94,7 @@ def test_hostile_logprobs_are_refused_at_decode(bad):
 
 
 def test_receiver_uses_sender_logprobs_only_when_they_line_up():
-    from engine.verify import Verifier
+    from engine.sharing.admission import Verifier
 
     v = Verifier((), [], None, tokenize=lambda t: list(range(len(t))), detokenize=lambda ids: "",
                  prompt_ids=lambda q: [], completions=4, max_tokens=8, format_bonus=0.1, model="m")
@@ -112,8 +112,8 @@ def test_trainer_packs_weights_in_token_order():
     """The trainer's packing: completions in group order, behavior per token, the external flag per group."""
     from types import SimpleNamespace
 
-    from engine.groups import TrainGroup
-    from engine.trainer import TrainConfig, Trainer
+    from engine.tasks.groups import TrainGroup
+    from engine.learning.trainer import TrainConfig, Trainer
 
     own = TrainGroup([1], [[5, 6], [7]], [1.0, -1.0], behavior=[[-LN2, 0.0], None])
     ext = TrainGroup([2], [[8], [9, 9]], [1.0, -1.0], behavior=None, external=True)
@@ -126,9 +126,9 @@ def test_trainer_packs_weights_in_token_order():
 
 
 def test_build_groups_carries_behavior_logprobs_and_the_external_flag():
-    from engine.groups import Completion, ScoredGroup
-    from engine.grpo import build_groups
-    from engine.rewards import Score
+    from engine.tasks.groups import Completion, ScoredGroup
+    from engine.learning.grpo import build_groups
+    from engine.tasks.rewards import Score
 
     def group(lps, source="local"):
         comps = [Completion("t", [1, 2], "eog", lp) for lp in lps]

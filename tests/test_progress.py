@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine.groups import Completion, ScoredGroup
-from engine.progress import PhaseReporter, feed_samples
-from engine.rewards import Score
-from engine.node import swarm_event
-from engine.tasks import Question
+from engine.tasks.groups import Completion, ScoredGroup
+from engine.run.progress import PhaseReporter, feed_samples
+from engine.tasks.rewards import Score
+from engine.run.node import swarm_event
+from engine.tasks.questions import Question
 from wire import events as ev
 from wire.identity import display_name
 from wire.protocol import LeaderboardRow, StatsReply, TaskSpec

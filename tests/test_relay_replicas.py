@@ -22,8 +22,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from engine.swarm import SwarmClient
-from engine.tasks import QuestionStream, build_mix
+from engine.sharing.swarm_client import SwarmClient
+from engine.tasks.questions import QuestionStream, build_mix
 from tools.relay_loadgen import SimNode, http_get
 from wire import protocol as p
 from wire.identity import Identity

@@ -19,8 +19,8 @@ import pytest
 
 from engine.config import build_config
 from engine.errors import SapoError
-from engine.swarm import SwarmClient
-from engine.tasks import QuestionStream, build_mix
+from engine.sharing.swarm_client import SwarmClient
+from engine.tasks.questions import QuestionStream, build_mix
 from wire.identity import Identity
 from wire.protocol import Group, group_digest
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import reasoning_gym
 import pytest
 
-from engine.rewards import extract_answer, is_well_formed, score_completion, task_score
+from engine.tasks.rewards import extract_answer, is_well_formed, score_completion, task_score
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.rollout import RolloutGenerator, SamplingParams, sample_tokens
-from engine.tasks import build_messages
+from engine.sampling.rollout import RolloutGenerator, SamplingParams, sample_tokens
+from engine.tasks.questions import build_messages
 
 
 def _prompt(llm, question: str) -> list[int]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import reasoning_gym
 
-from engine.rewards import answer_score
-from engine.safe_scoring import (MAX_ANSWER_CHARS, SAFE_SCORERS, Unsafe, arithmetic, check_sympy_text, literal,
+from engine.tasks.rewards import answer_score
+from engine.sandbox.safe_scoring import (MAX_ANSWER_CHARS, SAFE_SCORERS, Unsafe, arithmetic, check_sympy_text, literal,
                                  score_answer)
 
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from engine.safe_scoring import SAFE_SCORERS
-from engine.sandbox import Job, Sandbox
-from engine.tasks import QuestionStream, TaskEntry, build_mix
+from engine.sandbox.safe_scoring import SAFE_SCORERS
+from engine.sandbox.workers import Job, Sandbox
+from engine.tasks.questions import QuestionStream, TaskEntry, build_mix
 from wire.protocol import TaskSpec
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from engine.catalog import CATALOG, GiB, by_name
-from engine.events import EventLog
-from engine.hardware import TARGET_ROUND_S, Hardware, recommend
-from engine.models_report import build_report
-from engine.speed import CACHE_VERSION, Speed, estimate_round_s, load_cached
+from engine.models.catalog import CATALOG, GiB, by_name
+from engine.run.event_log import EventLog
+from engine.models.hardware import TARGET_ROUND_S, Hardware, recommend
+from engine.commands.models import build_report
+from engine.commands.speed import CACHE_VERSION, Speed, estimate_round_s, load_cached
 from wire import events as ev
 from wire.models import decode_report, encode_report
 
@@ -72,7 +72,9 @@ def test_speed_cache_is_per_thread_count(tmp_path):
 
 
 def test_no_model_and_no_network_means_the_bundled_model_at_once(monkeypatch):
-    from engine import download, hardware, runner
+    from engine.models import download
+    from engine.models import hardware
+    from engine.run import runner
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(hardware, "detect", lambda: _cpu(cores=2))  # a machine whose pick is qwen2.5-0.5b

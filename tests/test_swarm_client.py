@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import SapoError
-from engine.swarm import SwarmClient, check_relay_url, check_relay_urls
-from engine.tasks import QuestionStream, build_mix
+from engine.sharing.swarm_client import SwarmClient, check_relay_url, check_relay_urls
+from engine.tasks.questions import QuestionStream, build_mix
 from wire.identity import Identity
 from wire.protocol import Group, group_digest, shared_group_ok
 

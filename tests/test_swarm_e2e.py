@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from engine.swarm import SwarmClient
-from engine.tasks import QuestionStream, build_mix
+from engine.sharing.swarm_client import SwarmClient
+from engine.tasks.questions import QuestionStream, build_mix
 from wire.identity import Identity
 from wire.protocol import Group
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.groups import TrainGroup, TrainSequence
-from engine.policy import attach_lora, lora_config
-from engine.prefix import completion_mask, make_batch, prompt_mask
-from engine.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
-from engine.trainmem import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
+from engine.tasks.groups import TrainGroup, TrainSequence
+from engine.learning.policy import attach_lora, lora_config
+from engine.learning.packing import completion_mask, make_batch, prompt_mask
+from engine.learning.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
+from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
 
 EXACT = 1e-5  # relative, fp32
 
@@ -19,7 +19,7 @@ EXACT = 1e-5  # relative, fp32
 def tiny_policy(seed: int = 0, attn: str | None = None, bf16: bool = False, arch: str = "llama"):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engine.policy import bf16_linears
+    from engine.learning.policy import bf16_linears
 
     torch.manual_seed(seed)
     extra = {}
@@ -328,8 +328,8 @@ def test_bf16_base_keeps_lora_and_activations_fp32():
 @pytest.fixture(scope="module")
 def real_groups(llm) -> list[TrainGroup]:
     """Two groups of 3 completions sampled by llama.cpp from the bundled model, on real task prompts."""
-    from engine.rollout import RolloutGenerator, SamplingParams
-    from engine.tasks import build_messages, build_mix, fewshot_messages
+    from engine.sampling.rollout import RolloutGenerator, SamplingParams
+    from engine.tasks.questions import build_messages, build_mix, fewshot_messages
 
     mix = build_mix("easy")
     prompts = [llm.prompt_tokens(build_messages(q, fewshot_messages(mix[i % len(mix)], 2)))
@@ -339,7 +339,7 @@ def real_groups(llm) -> list[TrainGroup]:
 
 
 def bundled_policy(working_gguf: Path, cache: Path, dtype: torch.dtype = torch.float32):
-    from engine.policy import load_base
+    from engine.learning.policy import load_base
 
     torch.manual_seed(0)
     model = attach_lora(load_base(working_gguf, cache, dtype=dtype),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from engine.groups import Completion, ScoredGroup
-from engine.rewards import make_score
-from engine.sandbox import Sandbox
-from engine.tasks import MAX_INDEX, QuestionStream, build_messages, build_mix, heldout_set
-from engine.verify import Verifier, cap_external_tokens
+from engine.tasks.groups import Completion, ScoredGroup
+from engine.tasks.rewards import make_score
+from engine.sandbox.workers import Sandbox
+from engine.tasks.questions import MAX_INDEX, QuestionStream, build_messages, build_mix, heldout_set
+from engine.sharing.admission import Verifier, cap_external_tokens
 from wire.protocol import Group, TaskSpec
 
 MIX = build_mix("easy", tasks=["basic_arithmetic", "calendar_arithmetic"])

@@ -9,7 +9,7 @@ import sys
 
 import msgspec
 
-from engine.tasks import QuestionStream, build_mix
+from engine.tasks.questions import QuestionStream, build_mix
 from wire.protocol import Group
 
 FLAGS = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "24"]

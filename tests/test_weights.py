@@ -6,7 +6,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from engine.weights import choose_format, file_identity, source_ftype, working_gguf
+from engine.models.working_copy import choose_format, file_identity, source_ftype, working_gguf
 
 
 def test_auto_working_copy_of_the_bundled_model_is_q8_0(bundled_gguf: Path, tmp_path: Path):

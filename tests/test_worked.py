@@ -7,10 +7,10 @@ from fractions import Fraction
 
 import pytest
 
-from engine.rewards import ANSWER_OPEN, extract_answer
-from engine.tasks import (PAPER_TASKS, Prompts, _config_key, _spec, build_mix, derive_seed, fewshot_messages,
+from engine.tasks.rewards import ANSWER_OPEN, extract_answer
+from engine.tasks.questions import (PAPER_TASKS, Prompts, _config_key, _spec, build_mix, derive_seed, fewshot_messages,
                           heldout_set, question_key, regenerate, scorer_for, style_for)
-from engine.worked import arithmetic_steps, worked_answer
+from engine.tasks.worked_examples import arithmetic_steps, worked_answer
 from engine.errors import SapoError
 
 

@@ -1,6 +1,6 @@
 """The SAPO Swarm wire protocol: every message between a node and the relay.
 
-Defined once here and imported by both sides (``engine.swarm`` and ``relay.server``).
+Defined once here and imported by both sides (``engine.sharing.swarm_client`` and ``relay.server``).
 Frames are JSON text; each carries the protocol version ``v`` and a ``type`` tag.
 msgspec does the decoding and the type checks at C speed; the range and size
 checks it cannot express are in ``Group.__post_init__`` and friends, so a
@@ -91,7 +91,7 @@ MAX_SHARED_GROUP_BYTES = MAX_FRAME_BYTES // 4
 LEADERBOARD_ROWS = 20
 SPREAD_EPS = 1e-6  # rewards closer than this count as equal
 # A claimed reward is task score + a format bonus in [0, MAX_FORMAT_BONUS] for well-formed answers;
-# receivers refuse groups claiming more (engine/verify.py).
+# receivers refuse groups claiming more (engine/sharing/admission.py).
 MAX_FORMAT_BONUS = 0.5
 # A swarm's name: it also appears in the status page's URLs (/swarm/NAME). `\A...\Z`, not `^...$`:
 # `$` would let a trailing newline through.
@@ -125,7 +125,7 @@ class Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One question and the L answers a node generated for it, as plain text.
 
     ``rewards`` are the sender's claims; a receiver never trusts them and
-    re-scores every completion itself (``engine.verify``).
+    re-scores every completion itself (``engine.sharing.admission``).
     """
 
     spec: TaskSpec
@@ -139,7 +139,7 @@ class Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     model: Name
     round: Annotated[int, msgspec.Meta(ge=0, lt=2**31)] = 0
     # Optional: the sender's sampling log-prob of each token of each completion (its own tokenizer),
-    # for receivers running the same model (engine/offpolicy.py). UNSET is left out of the encoding,
+    # for receivers running the same model (engine/learning/offpolicy.py). UNSET is left out of the encoding,
     # so groups without it encode and sign exactly as before.
     logprobs: Annotated[
         list[Annotated[list[Annotated[float, msgspec.Meta(ge=-1000.0, le=0.0)]],
@@ -267,7 +267,7 @@ class Auth(_Message, tag="auth", frozen=True):
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What this relay accepts; a node stays within it (``engine.swarm`` reads it from the welcome)."""
+    """What this relay accepts; a node stays within it (``engine.sharing.swarm_client`` reads it from the welcome)."""
 
     max_frame_bytes: Count
     max_groups_per_publish: Count

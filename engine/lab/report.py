@@ -1,0 +1,172 @@
+"""``sapo-engine experiment report RUN_DIR...``: the paper's table and Figure 2 from an experiment's records.
+
+Per configuration, over its seeds (cells ``<config>/seed-<s>`` of engine/lab/experiment.py):
+- total reward: the sum over agents and rounds of each agent's mean reward on its own samples
+  (the paper's measure), its mean over seeds and the min-max across seeds;
+- the ratio of that mean to the isolated baseline (``alone``, else the first configuration), and
+  the min-max of the per-seed ratios (seed s against the baseline's seed s);
+- groups trained per round, external groups among them;
+- held-out greedy pass@1 and sampled accuracy at the end (mean over agents and seeds);
+- reward per round beside reward per hour of compute (the same reward over the agents' round time).
+The plot: per configuration, the moving average of reward per round, mean over agents and seeds,
+with a band from the lowest to the highest agent.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from engine.errors import SapoError
+from engine.lab.experiment import read_records
+
+
+@dataclass(frozen=True)
+class Row:
+    config: str
+    seeds: int
+    agents: int
+    rounds: int
+    total: float  # mean over seeds
+    total_min: float
+    total_max: float
+    ratio: float | None  # to the baseline's mean total
+    ratio_min: float | None  # per seed, paired with the baseline's same seed
+    ratio_max: float | None
+    trained_per_round: float
+    external_per_round: float
+    reward_per_round: float
+    reward_per_hour: float | None
+    eval_greedy: float | None
+    eval_sampled: float | None
+    complete: bool
+
+
+def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """Every round record under the directories, and each finished cell's held-out results by (config, seed)."""
+    records: list[dict[str, Any]] = []
+    evals: dict[tuple[str, int], dict[str, Any]] = {}
+    found = False
+    for d in dirs:
+        if not d.is_dir():
+            raise SapoError(f"not a directory: {d}")
+        for path in sorted(d.rglob("records.jsonl")):
+            found = True
+            records += [r for r in read_records(path) if r.get("type") == "round"]
+            done = path.parent / "done.json"
+            if done.exists():
+                data = json.loads(done.read_text())
+                evals[(data["config"], int(data["seed"]))] = data
+    if not found:
+        raise SapoError(f"no experiment records (records.jsonl) under {', '.join(map(str, dirs))}")
+    return records, evals
+
+
+def table(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]],
+          baseline: str | None = None) -> list[Row]:
+    by_cell: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_cell[(r["config"], int(r["seed"]))].append(r)
+    configs = list(dict.fromkeys(c for c, _ in sorted(by_cell, key=lambda k: (k[0] != "alone", k))))
+    base = baseline or ("alone" if "alone" in configs else configs[0])
+    totals = {cell: sum(r["reward_mean"] for r in rs) for cell, rs in by_cell.items()}
+    base_mean = _mean([t for (c, _), t in totals.items() if c == base])
+    rows = []
+    for config in configs:
+        cells = sorted(s for c, s in by_cell if c == config)
+        ts = [totals[(config, s)] for s in cells]
+        rs = [r for s in cells for r in by_cell[(config, s)]]
+        paired = [totals[(config, s)] / totals[(base, s)] for s in cells if totals.get((base, s))]
+        hours = sum(r.get("round_s", 0.0) for r in rs) / 3600
+        ev = [a for s in cells if (config, s) in evals for a in evals[(config, s)]["eval"].values()]
+        total = _mean(ts)
+        rows.append(Row(
+            config=config, seeds=len(cells), agents=len({r["agent"] for r in rs}),
+            rounds=max(r["round"] for r in rs), total=total, total_min=min(ts), total_max=max(ts),
+            ratio=total / base_mean if base_mean else None,
+            ratio_min=min(paired) if paired else None, ratio_max=max(paired) if paired else None,
+            trained_per_round=_mean([r.get("groups_trained", 0) for r in rs]),
+            external_per_round=_mean([r.get("external_groups", 0) for r in rs]),
+            reward_per_round=_mean([r["reward_mean"] for r in rs]),
+            reward_per_hour=sum(r["reward_mean"] for r in rs) / hours if hours > 0 else None,
+            eval_greedy=_mean([a["eval_accuracy"] for a in ev]) if ev else None,
+            eval_sampled=_mean([a["eval_sampled_accuracy"] for a in ev]) if ev else None,
+            complete=all((config, s) in evals for s in cells),
+        ))
+    return rows
+
+
+def _mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else 0.0
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def format_table(rows: list[Row]) -> str:
+    head = ("| configuration | seeds x agents x rounds | total reward (min-max over seeds) | vs alone (per seed) "
+            "| groups trained / round (external) | reward / round | reward / compute hour "
+            "| held-out greedy | held-out sampled |\n|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x ({_f(r.ratio_min, 2)}-{_f(r.ratio_max, 2)})"
+        lines.append(f"| {r.config}{'' if r.complete else ' (incomplete)'} | {r.seeds} x {r.agents} x {r.rounds} "
+                     f"| {r.total:.2f} ({r.total_min:.2f}-{r.total_max:.2f}) | {ratio} "
+                     f"| {r.trained_per_round:.2f} ({r.external_per_round:.2f}) | {r.reward_per_round:.3f} "
+                     f"| {_f(r.reward_per_hour, 1)} | {_f(r.eval_greedy)} | {_f(r.eval_sampled)} |")
+    return head + "\n".join(lines) + "\n"
+
+
+def curves(records: list[dict[str, Any]], window: int = 5) -> dict[str, tuple[list[int], list[float], list[float], list[float]]]:
+    """Per configuration: rounds, and the mean, min and max over (seed, agent) of the trailing moving
+    average of reward per round."""
+    series: dict[str, dict[tuple[int, int], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in records:
+        series[r["config"]][(int(r["seed"]), r["agent"])][r["round"]] = r["reward_mean"]
+    out = {}
+    for config, by_agent in series.items():
+        smoothed = []
+        for points in by_agent.values():
+            rounds = sorted(points)
+            vals = [points[k] for k in rounds]
+            smoothed.append({k: statistics.fmean(vals[max(0, i - window + 1):i + 1]) for i, k in enumerate(rounds)})
+        rounds = sorted({k for s in smoothed for k in s})
+        cols = [[s[k] for s in smoothed if k in s] for k in rounds]
+        out[config] = (rounds, [statistics.fmean(c) for c in cols], [min(c) for c in cols], [max(c) for c in cols])
+    return out
+
+
+def plot(records: list[dict[str, Any]], path: Path, window: int = 5) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for config, (rounds, mean, lo, hi) in curves(records, window).items():
+        line, = ax.plot(rounds, mean, label=config)
+        ax.fill_between(rounds, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"reward, moving average over {window} rounds")
+    ax.set_title("mean over agents and seeds; band: lowest to highest agent")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
+    records, evals = load_runs(dirs)
+    text = format_table(table(records, evals))
+    out = plot_path or dirs[0] / "reward.png"
+    try:
+        plot(records, out, window)
+        text += f"\nplot: {out}\n"
+    except ImportError:
+        text += "\n(no plot: matplotlib is not installed; pip install matplotlib)\n"
+    return text

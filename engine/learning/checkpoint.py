@@ -1,0 +1,163 @@
+"""Checkpoints: everything a node needs to resume, written so a kill can never corrupt one.
+
+Layout in ``<data dir>/checkpoints``::
+
+    round-000012/
+        adapter_model.safetensors, adapter_config.json   # the LoRA, as plain peft saves it
+        optimizer.pt                                      # AdamW state
+        state.json                                        # round, question stream, history, config
+        MANIFEST.json                                     # sha256 of every file above, written last
+    LATEST                                                # name of the newest complete checkpoint
+
+A checkpoint is built in a temporary folder, fsynced, renamed into place, and only then
+named in LATEST (itself replaced atomically). A kill at any moment leaves either the old
+or the new checkpoint current, never a mix; leftovers are swept on the next save. On load
+every file is checked against the manifest, so a damaged checkpoint is reported, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.errors import SapoError
+
+KEEP = 2  # complete checkpoints kept; older ones are pruned
+LORA_FILES = ("adapter_model.safetensors", "adapter_config.json")
+
+
+@dataclass
+class NodeState:
+    round: int = 0
+    stream: dict[str, Any] = field(default_factory=dict)  # engine.tasks.questions.StreamState as a dict
+    history: list[dict[str, Any]] = field(default_factory=list)  # one summary per round / eval
+    config: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
+
+
+def lora_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """A short fingerprint of LoRA weights as peft saves them: shows which weights a node runs."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].detach().to(torch.float32).cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def latest(self) -> Path | None:
+        pointer = self.root / "LATEST"
+        if not pointer.exists():
+            return None
+        name = pointer.read_text().strip()
+        path = self.root / name
+        if not name.startswith("round-") or not path.is_dir():
+            raise SapoError(f"checkpoint pointer {pointer} names a missing checkpoint {name!r}; "
+                            f"delete {pointer} to start over, or restore the folder")
+        return path
+
+    def save(self, model: Any, optimizer: torch.optim.Optimizer, state: NodeState) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = f"round-{state.round:06d}"
+        tmp = self.root / f".{name}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        model.save_pretrained(str(tmp), save_embedding_layers=False)  # peft: adapter_model.safetensors + adapter_config.json
+        (tmp / "README.md").unlink(missing_ok=True)  # peft's model-card stub: not ours to ship
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps(state.__dict__, default=str))
+        files = sorted(p.name for p in tmp.iterdir())
+        for fname in files:
+            with open(tmp / fname, "rb") as fh:
+                os.fsync(fh.fileno())
+        manifest = {f: _sha256(tmp / f) for f in files}
+        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+        with open(tmp / "MANIFEST.json", "rb") as fh:
+            os.fsync(fh.fileno())
+        final = self.root / name
+        if final.exists():
+            # Only ever a leftover of a save killed before LATEST named it; the current one is never rewritten.
+            current = self.latest()
+            if current is not None and current.name == name:
+                raise RuntimeError(f"refusing to overwrite the current checkpoint {name}")
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        pointer_tmp = self.root / f".LATEST.tmp{os.getpid()}"
+        pointer_tmp.write_text(name + "\n")
+        os.replace(pointer_tmp, self.root / "LATEST")
+        _fsync_dir(self.root)
+        self._prune(keep=name)
+        return final
+
+    def _prune(self, keep: str) -> None:
+        complete = sorted(p for p in self.root.glob("round-*") if p.is_dir())
+        for old in complete[:-KEEP]:
+            if old.name != keep:
+                shutil.rmtree(old, ignore_errors=True)
+        for leftover in self.root.glob(".round-*.tmp*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    @staticmethod
+    def verify(path: Path) -> None:
+        """Every file present and matching the manifest, or a clear SapoError."""
+        manifest_path = path / "MANIFEST.json"
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            raise SapoError(f"checkpoint {path} is incomplete or corrupt (unreadable manifest); "
+                            f"move it away to resume from an earlier one") from None
+        for fname in (*LORA_FILES, "optimizer.pt", "state.json"):
+            if fname not in manifest:
+                raise SapoError(f"checkpoint {path} is corrupt: its manifest lacks {fname}")
+        for fname, digest in manifest.items():
+            f = path / fname
+            if not f.is_file() or _sha256(f) != digest:
+                raise SapoError(f"checkpoint {path} is corrupt: {fname} is missing or damaged; "
+                                f"move the folder away to resume from an earlier one")
+
+    def load_state(self, path: Path) -> NodeState:
+        self.verify(path)
+        data = json.loads((path / "state.json").read_text())
+        return NodeState(**data)
+
+    @staticmethod
+    def load_weights(path: Path, model: Any, optimizer: torch.optim.Optimizer | None) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        result = set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise SapoError(f"checkpoint {path} does not fit this model (LoRA settings or model changed): "
+                            f"unexpected {unexpected[0]}")
+        if optimizer is not None:
+            try:
+                optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+            except (ValueError, RuntimeError) as exc:
+                raise SapoError(f"checkpoint {path}: optimizer state does not fit ({exc})") from None

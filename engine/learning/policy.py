@@ -1,0 +1,141 @@
+"""The trainable policy: the node's GGUF, dequantized into torch, with a peft LoRA on top.
+
+The GGUF is the single source of truth for the weights: transformers' ``gguf_file``
+loader dequantizes the same file llama.cpp samples from, so both sides share the base
+weights up to llama.cpp's activation quantization. Tokens never pass through a Hugging
+Face tokenizer: the trainer receives llama.cpp's ids (``engine.sampling.llm``), which keeps
+training and sampling on identical token sequences.
+
+Dequantizing takes seconds to minutes, so the result is cached in the data dir as
+safetensors (written atomically, keyed by the GGUF's identity) and later starts load that.
+
+bf16: only the frozen weights of the decoder layers' linear maps are stored in bf16 (once,
+at load), and only their matmuls run in bf16; activations, the residual stream, norms,
+embeddings, the output head, LoRA and optimizer stay fp32. Casting the whole model instead
+doubled the log-prob error against fp32 (0.029 vs 0.017 nats/token on the bundled model) for
+no speed gain: the matmuls are ~65 % of a training step and all of bf16's gain.
+
+Gemma 3 (checked against the real 270M file, tests/test_gemma.py): transformers dequantizes
+its mixed Q4_K/Q5_0/Q6_K/Q8_0 tensors with gguf-py's own kernels, subtracts the 1 that
+llama.cpp's converter adds to Gemma's norm weights, ties the output head to the embedding
+(the file stores it once), keeps the sqrt(hidden) embedding scale in the model, and builds
+the 5-sliding : 1-global attention layout from the file's sliding window. Final-logit
+soft-capping (Gemma 2) would be skipped by the trainer's chunked log-probs, so a model
+that uses it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from engine.errors import SapoError, first_line
+from engine.models.working_copy import file_identity
+
+
+class Bf16Linear(torch.nn.Linear):
+    """A frozen linear map with a bf16 weight: bf16 matmul, input and output in the caller's dtype."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(self.weight.dtype)
+        return F.linear(x.to(self.weight.dtype), self.weight, bias).to(x.dtype)
+
+
+def bf16_linears(model: torch.nn.Module) -> int:
+    """Store the decoder layers' linear weights in bf16, once; returns how many. Before attaching LoRA."""
+    n = 0
+    for module in model.get_decoder().layers.modules():
+        if type(module) is torch.nn.Linear:
+            module.weight.data = module.weight.data.to(torch.bfloat16)
+            if module.bias is not None:
+                module.bias.data = module.bias.data.to(torch.bfloat16)
+            module.__class__ = Bf16Linear  # same parameters, bf16 forward
+            n += 1
+    return n
+
+
+def _own_memory(model: torch.nn.Module) -> None:
+    """Copy weights still backed by the cached safetensors' memory map into the process's own memory.
+
+    Pages of a mapped file that were read once stay in the resident set: after the bf16 cast the
+    fp32 originals of the linear weights (~0.4 GB for the bundled model) kept counting in RSS beside
+    their bf16 copies until the whole map was dropped. Tied weights are one Parameter, copied once.
+    """
+    for p in model.parameters():  # each Parameter once, tied ones included
+        p.data = p.data.clone()
+    for module in model.modules():
+        for name, b in module.named_buffers(recurse=False):
+            setattr(module, name, b.clone())
+
+
+def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype = torch.float32,
+              device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The dequantized base model (frozen) on ``device``, from the cache when there is one.
+
+    ``dtype`` bf16: the decoder's linear weights in bf16, the rest fp32 (``bf16_linears``).
+    The cache always holds fp32, the GGUF's dequantized values.
+    """
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    cached = cache_dir / f"{gguf_path.stem}.{file_identity(gguf_path)}" if cache_dir else None
+    if cached is not None and (cached / "model.safetensors").is_file():
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32, attn_implementation="sdpa")
+    else:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                             dtype=torch.float32, attn_implementation="sdpa")
+        except Exception as exc:  # noqa: BLE001 - transformers raises many types for unsupported files
+            raise SapoError(f"torch could not load {gguf_path.name}: {first_line(exc, 200)}") from None
+        if cached is not None:
+            # save_pretrained refuses GGUF-loaded models; the plain weights and config are all we need.
+            tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+            tmp.mkdir(parents=True, exist_ok=True)
+            save_model(model, str(tmp / "model.safetensors"))
+            config = model.config.to_dict()
+            config.pop("quantization_config", None)
+            (tmp / "config.json").write_text(json.dumps(config))
+            shutil.rmtree(cached, ignore_errors=True)
+            os.replace(tmp, cached)
+    if getattr(model.config, "final_logit_softcapping", None):
+        raise SapoError(f"{gguf_path.name} uses final-logit soft-capping, which training does not apply")
+    if dtype == torch.bfloat16:
+        bf16_linears(model)
+    elif dtype != torch.float32:
+        raise ValueError(f"training dtype must be float32 or bfloat16, not {dtype}")
+    _own_memory(model)
+    model = model.to(device)
+    model.config.use_cache = False
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def lora_config(rank: int, alpha: float, dropout: float, targets: list[str]) -> LoraConfig:
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets),
+                      bias="none", task_type="CAUSAL_LM")
+
+
+def attach_lora(base: torch.nn.Module, config: LoraConfig) -> PeftModel:
+    try:
+        with warnings.catch_warnings():  # peft reads a property transformers 5 deprecated; nothing to act on
+            warnings.simplefilter("ignore", FutureWarning)
+            return get_peft_model(base, config)
+    except ValueError as exc:
+        raise SapoError(f"LoRA targets {config.target_modules} do not fit this model: {exc}") from None
+
+
+def lora_state(model: PeftModel) -> dict[str, torch.Tensor]:
+    """The trainable LoRA tensors, by peft's parameter names."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}

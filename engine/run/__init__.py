@@ -1,0 +1,6 @@
+"""Running rounds: one node, its loop, and what it tells the outside.
+
+Owns a node's round (``node``: one short method per stage of the paper's round), the ``sapo-engine run`` loop from settings to stops
+(``runner``), commands in and state out (``control``), events out (``event_log``, ``progress``),
+and held-out evaluation (``evaluate``). Stands on every stage below it.
+"""

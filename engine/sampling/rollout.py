@@ -1,0 +1,205 @@
+"""Rollouts: L completions per question, all sequences of a round decoded together.
+
+How a batch runs (one llama.cpp context, unified KV cache):
+  1. each question's prompt is decoded once, on the first of its L sequences;
+  2. its KV cells are shared with the other L-1 sequences (``llama_memory_seq_cp``,
+     no recomputation), and L first tokens are sampled from the same logits;
+  3. then one ``llama_decode`` per step carries the next token of every live sequence,
+     and sampling for all of them is one numpy call.
+Questions are packed into batches that fit the context; a round usually is one batch.
+
+Sampling is hand-written (numpy) because llama.cpp's samplers work one sequence at a
+time. Default is on-policy: temperature 1, no truncation, so the tokens we train on are
+samples of the policy itself.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from engine.tasks.groups import Completion
+from engine.sampling.llm import LlamaModel
+from engine.tasks.rewards import ANSWER_CLOSE
+
+ANSWER_END = ANSWER_CLOSE.encode()
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 96
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    stop_at_answer: bool = True
+    min_tokens: int = 0  # end-of-generation is masked before this many tokens (benchmarks: fixed lengths)
+    logprobs: bool = False  # record each sampled token's log-prob (the sampler's, before top-k/top-p)
+
+
+@dataclass
+class RolloutStats:
+    tokens: int = 0
+    seconds: float = 0.0
+    sequences: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def sample_tokens(logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0,
+                  top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """One token per row of (n, vocab) logits. Gumbel-max: argmax(z - log E), E ~ Exp(1)."""
+    if temperature == 0:
+        return logits.argmax(axis=1)
+    z = logits / np.float32(temperature)
+    if top_k and top_k < z.shape[1]:
+        kth = np.partition(z, -top_k, axis=1)[:, -top_k, None]
+        z = np.where(z < kth, -np.inf, z)
+    if top_p < 1.0:
+        order = np.argsort(-z, axis=1)
+        zs = np.take_along_axis(z, order, axis=1)
+        p = np.exp(zs - zs[:, :1])
+        p /= p.sum(axis=1, keepdims=True)
+        drop = np.cumsum(p, axis=1) - p >= top_p  # keep the smallest prefix reaching top_p
+        zs[drop] = -np.inf
+        z = np.empty_like(zs)
+        np.put_along_axis(z, order, zs, axis=1)
+    noise = rng.standard_exponential(z.shape, dtype=np.float32)
+    with np.errstate(divide="ignore"):  # E == 0 has probability ~2^-24 per entry; -log(0) = inf is right
+        return (z - np.log(noise)).argmax(axis=1)
+
+
+def token_logprobs(logits: np.ndarray, tokens: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """log softmax(logits / T)[token] per row: the sampler's probability of what it sampled
+    (engine.learning.offpolicy weighs training tokens by the trainer's probability over this)."""
+    z = logits.astype(np.float32) / np.float32(temperature or 1.0)
+    m = z.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(z - m).sum(axis=1))
+    return z[np.arange(len(tokens)), tokens] - lse
+
+
+@dataclass
+class _Seq:
+    prompt_len: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)
+    finish: str | None = None
+
+
+class RolloutGenerator:
+    def __init__(self, llm: LlamaModel, seed: int = 0) -> None:
+        self.llm = llm
+        self.rng = np.random.default_rng(seed)
+        self.last = RolloutStats()
+
+    def reseed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def generate(self, prompts: Sequence[list[int]], n: int, params: SamplingParams,
+                 greedy: int = 0, progress: Callable[[int, int], None] | None = None) -> list[list[Completion]]:
+        """n completions for each prompt (token ids), in prompt order.
+
+        The first ``greedy`` of each prompt's completions are greedy (argmax), the rest sampled
+        with ``params``: evaluation gets greedy and sampled answers from one shared prompt decode.
+        ``progress(done, total)`` is called after each decoding step with finished sequences
+        of all ``len(prompts) * n`` (callers rate-limit what they show).
+        """
+        t0 = time.perf_counter()
+        out: list[list[Completion]] = []
+        tokens = 0
+        total = len(prompts) * n
+        for chunk in self._pack(prompts, n, params.max_tokens):
+            before = len(out) * n
+            report = (lambda d, _b=before: progress(_b + d, total)) if progress is not None else None
+            groups = self._generate_batch([prompts[i] for i in chunk], n, params, greedy, report)
+            tokens += sum(len(c.token_ids) for g in groups for c in g)
+            out.extend(groups)
+        self.last = RolloutStats(tokens, time.perf_counter() - t0, len(prompts) * n)
+        return out
+
+    def _pack(self, prompts: Sequence[list[int]], n: int, max_tokens: int) -> list[list[int]]:
+        """Split prompt indices into batches that fit the context's cells and sequences."""
+        batches: list[list[int]] = [[]]
+        cells = 0
+        for i, p in enumerate(prompts):
+            need = len(p) + n * max_tokens
+            if need > self.llm.n_ctx or n > self.llm.n_seq_max:
+                raise ValueError(f"a prompt of {len(p)} tokens with {n} x {max_tokens} new tokens "
+                                 f"does not fit a context of {self.llm.n_ctx} cells / {self.llm.n_seq_max} sequences")
+            seqs = (len(batches[-1]) + 1) * n
+            if batches[-1] and (cells + need > self.llm.n_ctx or seqs > self.llm.n_seq_max):
+                batches.append([])
+                cells = 0
+            batches[-1].append(i)
+            cells += need
+        return batches
+
+    def _generate_batch(self, prompts: list[list[int]], n: int, params: SamplingParams,
+                        greedy: int = 0, progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
+        llm = self.llm
+        llm.clear()
+        seqs: list[_Seq] = []
+        for q, prompt in enumerate(prompts):
+            first = q * n
+            logits = llm.decode_prompt(prompt, first)
+            for s in range(first + 1, first + n):
+                llm.copy_seq(first, s)
+            if params.min_tokens > 0:
+                logits[self.llm.eog_ids] = -np.inf
+            rows = np.broadcast_to(logits, (n, logits.shape[0]))
+            firsts = sample_tokens(rows, self.rng, params.temperature, params.top_k, params.top_p)
+            firsts[:greedy] = int(logits.argmax())
+            lps = token_logprobs(rows, firsts, params.temperature) if params.logprobs else None
+            for j, tok in enumerate(firsts):
+                seq = _Seq(prompt_len=len(prompt))
+                if lps is not None:
+                    seq.logprobs.append(float(lps[j]))
+                self._push(seq, int(tok), params)
+                seqs.append(seq)
+        while True:
+            live = [i for i, s in enumerate(seqs) if s.finish is None]
+            if progress is not None:
+                progress(len(seqs) - len(live))
+            if not live:
+                break
+            logits = llm.decode(
+                [seqs[i].tokens[-1] for i in live],
+                [seqs[i].prompt_len + len(seqs[i].tokens) - 1 for i in live],
+                live,
+                [True] * len(live),
+            )
+            if params.min_tokens > 0:
+                short = [j for j, i in enumerate(live) if len(seqs[i].tokens) < params.min_tokens]
+                if short:
+                    logits[np.ix_(short, self.llm.eog_ids)] = -np.inf
+            nxt = sample_tokens(logits, self.rng, params.temperature, params.top_k, params.top_p)
+            if greedy:
+                rows_g = [j for j, i in enumerate(live) if i % n < greedy]
+                nxt[rows_g] = logits[rows_g].argmax(axis=1)
+            if params.logprobs:
+                for i, lp in zip(live, token_logprobs(logits, nxt, params.temperature)):
+                    seqs[i].logprobs.append(float(lp))
+            for i, tok in zip(live, nxt):
+                self._push(seqs[i], int(tok), params)
+        llm.clear()
+        return [
+            [Completion(llm.detokenize(s.tokens), s.tokens, s.finish or "length", s.logprobs if params.logprobs else None)
+             for s in seqs[q * n:(q + 1) * n]]
+            for q in range(len(prompts))
+        ]
+
+    def _push(self, seq: _Seq, tok: int, params: SamplingParams) -> None:
+        seq.tokens.append(tok)
+        if self.llm.eog_mask[tok]:
+            seq.finish = "eog"
+            return
+        seq.text += self.llm.piece(tok)
+        if params.stop_at_answer and ANSWER_END in seq.text[-32:]:
+            seq.finish = "answer"
+        elif len(seq.tokens) >= params.max_tokens:
+            seq.finish = "length"

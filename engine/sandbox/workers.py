@@ -1,0 +1,365 @@
+"""The sandbox: every reasoning-gym scoring and every regeneration of a peer's task runs here.
+
+A small pool of long-lived worker processes (``python -m engine.sandbox``), started once per
+node. Each job is one group: regenerate its spec, compare the question and answer it carries,
+score all its answers; one request line, one reply line, msgspec JSON over the worker's pipes
+(never pickle: a reply is data, not objects). The second wall behind ``engine.sandbox.safe_scoring``:
+
+- POSIX ``resource`` limits in the worker: address space (``memory_mb``), CPU seconds per job
+  (the soft RLIMIT_CPU is moved before each job; SIGXCPU ends the worker), no core files and
+  no file writes (RLIMIT_FSIZE 0: a write fails).
+- a wall-clock timeout per job in the parent, on every platform (Windows: this and the kill
+  are all there is); a worker that overruns is killed and a fresh one started.
+- a failed job is a clear result: every score 0 and a reason (``timeout``, ``worker_died``).
+
+Hand-written: the pieces are the standard library's (subprocess, resource, threads); no
+library runs untrusted-input jobs in limited long-lived workers without pickle.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO
+
+import msgspec
+
+from engine.tasks import hashseed
+from wire.protocol import TaskSpec
+
+DEFAULT_TIMEOUT_S = 5.0  # an honest group scores in milliseconds (sympy tasks: well under a second)
+DEFAULT_MEMORY_MB = 1536  # a worker with reasoning-gym loaded uses ~200 MB of address space
+STARTUP_TIMEOUT_S = 120.0  # importing reasoning-gym takes ~1 s on an idle machine
+MAX_JOB_CPU_S = 60
+
+
+class Job(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One group to score: its spec, the answers extracted from its completions (None: no answer).
+
+    ``question``/``answer``: when set, what the regenerated question and answer must equal (a
+    peer's claims); a mismatch is the job's reason and nothing is scored.
+    """
+
+    spec: TaskSpec
+    answers: list[str | None]
+    question: str | None = None
+    answer: str | None = None
+
+
+class Result(msgspec.Struct, frozen=True):
+    """Task scores in [0, 1], one per answer; ``reason`` None when the job ran to the end."""
+
+    scores: list[float]
+    reason: str | None = None  # bad_spec, question_mismatch, answer_mismatch, timeout, worker_died
+    key: str | None = None  # the regenerated question's content key (engine.tasks.questions.content_key)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+class _Request(msgspec.Struct, frozen=True):
+    id: int
+    job: Job
+    cpu_s: int
+
+
+class _Reply(msgspec.Struct, frozen=True):
+    id: int
+    result: Result
+
+
+def failed(job: Job, reason: str, seconds: float = 0.0) -> Result:
+    return Result([0.0] * len(job.answers), reason, None, seconds)
+
+
+def score_groups(sandbox: "Sandbox", groups: list[tuple[Any, list[Any]]],
+                 format_bonus: float) -> list[tuple[list[Any], Result]]:
+    """Own completions scored: one job per (Question, completions) group, run in parallel; per group
+    its ``Score``s (engine.tasks.rewards) and the job's result (``ok`` False: the scorer failed, all 0)."""
+    from engine.tasks.rewards import extract_answer, make_score
+    from engine.sandbox.safe_scoring import capped
+
+    jobs = [Job(q.spec, [capped(extract_answer(c.text)) for c in cs]) for q, cs in groups]
+    results = sandbox.run(jobs)
+    return [([make_score(ts, c.text, format_bonus) for ts, c in zip(result.scores, cs)], result)
+            for (q, cs), result in zip(groups, results)]
+
+
+# --- the worker side -------------------------------------------------------------------------
+
+def run_job(job: Job) -> Result:
+    """What a worker does for one job. Runs reasoning-gym: call it only inside a worker (or a test)."""
+    from engine.tasks.rewards import answer_score
+    from engine.sandbox.safe_scoring import score_answer
+    from engine.tasks.questions import content_key, regenerate, scorer_for
+
+    t0 = time.perf_counter()
+    try:
+        q = regenerate(job.spec)
+    except Exception:  # noqa: BLE001 - unknown dataset or settings reasoning-gym rejects
+        return failed(job, "bad_spec", time.perf_counter() - t0)
+    key = content_key(job.spec.dataset, q.entry)
+    for claimed, real, reason in ((job.question, q.question, "question_mismatch"),
+                                  (job.answer, q.answer, "answer_mismatch")):
+        if claimed is not None and claimed != real:
+            return Result([0.0] * len(job.answers), reason, key, time.perf_counter() - t0)
+    ds = scorer_for(job.spec)
+    scorer = _SafeScorer(job.spec.dataset, ds)
+    scores = [answer_score(scorer, q.entry, a) for a in job.answers]
+    return Result(scores, None, key, time.perf_counter() - t0)
+
+
+class _SafeScorer:
+    def __init__(self, dataset: str, ds: Any) -> None:
+        self.dataset, self.ds = dataset, ds
+
+    def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
+        from engine.sandbox.safe_scoring import score_answer
+
+        return score_answer(self.dataset, self.ds, answer, entry)
+
+
+def _limit(memory_mb: int) -> None:
+    try:
+        import resource
+    except ImportError:  # Windows: the parent's timeout and kill are the limits
+        return
+    mem = memory_mb * 1024 * 1024
+    for name, value in (("RLIMIT_AS", mem), ("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", 0)):
+        lim = getattr(resource, name, None)
+        if lim is not None:
+            _, hard = resource.getrlimit(lim)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(lim, (value, value))
+
+
+def _cpu_budget(seconds: int) -> None:
+    """Let the coming job use ``seconds`` more CPU seconds; SIGXCPU ends the worker after that."""
+    try:
+        import resource
+    except ImportError:
+        return
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(used.ru_utime + used.ru_stime) + seconds
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def serve(memory_mb: int) -> None:
+    """The worker's loop: requests on the original stdin, replies on the original stdout.
+
+    Both are moved off fds 0 and 1 first, so nothing a scorer prints or reads can touch them.
+    """
+    import signal
+
+    sys.dont_write_bytecode = True
+    sys.set_int_max_str_digits(4300)  # the default, whatever the environment says
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write fails (EFBIG) instead of killing us
+    _limit(memory_mb)
+    import reasoning_gym  # noqa: F401 - loaded once, before the first job's clock starts
+
+    import engine.sandbox.safe_scoring  # noqa: F401
+    import engine.tasks.questions  # noqa: F401
+
+    decoder = msgspec.json.Decoder(_Request)
+    encoder = msgspec.json.Encoder()
+    replies.write(b'"ready"\n')
+    replies.flush()
+    for line in requests:
+        req = decoder.decode(line)
+        _cpu_budget(req.cpu_s)
+        try:
+            result = run_job(req.job)
+        except Exception as exc:  # noqa: BLE001 - a bug or MemoryError: this job fails, the worker goes on
+            result = failed(req.job, f"error: {type(exc).__name__}"[:64])
+        replies.write(encoder.encode(_Reply(req.id, result)) + b"\n")
+        replies.flush()
+
+
+# --- the parent side ---------------------------------------------------------------------------
+
+class _Worker:
+    """One worker process, restarted whenever it is killed or dies."""
+
+    def __init__(self, memory_mb: int) -> None:
+        self.memory_mb = memory_mb
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self.ready = False
+        self.next_id = 0
+        self.started = 0  # how many processes this slot has started (restarts = started - 1)
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(_Reply)
+
+    def start(self) -> None:
+        env = {**hashseed.env(), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONDONTWRITEBYTECODE": "1"}  # hashseed: the same question text as the node and its peers
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.sandbox", str(self.memory_mb)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=env, close_fds=True)
+        self.lines = queue.Queue()
+        self.ready = False
+        self.started += 1
+        threading.Thread(target=_pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass
+
+    def _read(self, timeout: float) -> bytes | None:
+        """The next line; None at end of output; raises queue.Empty on timeout."""
+        return self.lines.get(timeout=timeout)
+
+    def wait_ready(self) -> None:
+        """Block until the worker has loaded reasoning-gym; OSError if it died doing so."""
+        if not self.ready:
+            if self._read(STARTUP_TIMEOUT_S) != b'"ready"\n':
+                raise BrokenPipeError("the worker did not start")
+            self.ready = True
+
+    def call(self, job: Job, timeout_s: float) -> Result:
+        t0 = time.perf_counter()
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill()
+            self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.wait_ready()
+            self.next_id += 1
+            cpu = min(MAX_JOB_CPU_S, math.ceil(timeout_s))
+            self.proc.stdin.write(self._encoder.encode(_Request(self.next_id, job, cpu)) + b"\n")
+            self.proc.stdin.flush()
+            line = self._read(timeout_s)
+        except queue.Empty:
+            self.kill()
+            return failed(job, "timeout", time.perf_counter() - t0)
+        except OSError:  # broken pipe: it died before or while we wrote
+            line = None
+        if line is None:
+            rc = self._reap()
+            return failed(job, "timeout" if rc in _CPU_DEATHS else "worker_died", time.perf_counter() - t0)
+        try:
+            reply = self._decoder.decode(line)
+        except msgspec.DecodeError:
+            self.kill()
+            return failed(job, "worker_died", time.perf_counter() - t0)
+        if reply.id != self.next_id:  # out of step: never trust this process again
+            self.kill()
+            return failed(job, "worker_died", time.perf_counter() - t0)
+        return reply.result
+
+    def _reap(self) -> int | None:
+        proc = self.proc
+        rc = None
+        if proc is not None:
+            try:
+                rc = proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        return rc
+
+
+def _signals(*names: str) -> frozenset[int]:
+    import signal
+
+    return frozenset(-int(getattr(signal, n)) for n in names if hasattr(signal, n))
+
+
+_CPU_DEATHS = _signals("SIGXCPU", "SIGKILL")  # SIGKILL: the hard CPU limit
+
+
+def _pump(stream: BinaryIO, lines: queue.Queue[bytes | None]) -> None:
+    """Reader thread: the worker's reply lines into a queue (portable: no select on Windows pipes)."""
+    try:
+        for line in stream:
+            lines.put(line)
+    except (OSError, ValueError):
+        pass
+    lines.put(None)
+
+
+class Sandbox:
+    """A pool of ``workers`` sandbox processes; ``run`` spreads a batch of jobs over them."""
+
+    def __init__(self, workers: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 memory_mb: int = DEFAULT_MEMORY_MB) -> None:
+        if workers < 1:
+            raise ValueError("a sandbox needs at least one worker")
+        self.timeout_s = timeout_s
+        self._workers = [_Worker(memory_mb) for _ in range(workers)]
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        for w in self._workers:
+            w.start()  # import reasoning-gym now, not in the first round
+            self._idle.put(w)
+        self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox")
+        self._closed = False
+
+    @property
+    def restarts(self) -> int:
+        return sum(max(0, w.started - 1) for w in self._workers)
+
+    def wait_ready(self) -> bool:
+        """Block until every worker is up (a job's time then excludes startup); False if one is not."""
+        ok = True
+        for w in self._workers:
+            try:
+                w.wait_ready()
+            except (OSError, queue.Empty):
+                ok = False
+        return ok
+
+    def _one(self, job: Job) -> Result:
+        w = self._idle.get()
+        try:
+            return w.call(job, self.timeout_s)
+        finally:
+            self._idle.put(w)
+
+    def run(self, jobs: list[Job]) -> list[Result]:
+        """One Result per job, in order; jobs run in parallel on the pool's workers."""
+        if self._closed:
+            raise RuntimeError("the sandbox is closed")
+        if len(jobs) == 1:
+            return [self._one(jobs[0])]
+        return list(self._threads.map(self._one, jobs))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._threads.shutdown(wait=True)
+        for w in self._workers:
+            w.kill()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,418 @@
+"""Questions from reasoning-gym: task mixes, presets, seed streams, the held-out set, prompts.
+
+Every question carries a ``TaskSpec`` (dataset, config, seed, index) from which
+reasoning-gym regenerates exactly the same question and answer, on this node or any
+other: reasoning-gym seeds item ``i`` of a dataset with ``Random(seed + i)``.
+
+Seed streams. Each node draws from its own stream: per task a 63-bit seed derived from
+the node id and the user's seed, and a counter that only moves forward and is saved with
+every checkpoint. Seeds are hashed, so two nodes' ``seed + i`` ranges never overlap in
+practice. The held-out set uses seeds from a fixed namespace shared by every node (so
+evaluations are comparable across the swarm), and its questions are never drawn for
+training: a training draw whose content (``content_key``: the question, or what decides it,
+e.g. the year of a leap-year question) is held out is skipped, and few-shot examples are never
+held-out questions.
+
+A peer's spec is only regenerated if this node would draw it itself (``admit``): its exact
+dataset and settings are one of the node's mix or, with ``external_any_task``, within the
+size caps of ``ANY_TASK_CAPS``; the index is below ``MAX_INDEX``. Datasets are built with
+``size = MAX_INDEX``, never more (some precompute a list that long).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable
+
+import reasoning_gym
+
+from engine.errors import SapoError
+from engine.tasks.rewards import ANSWER_CLOSE, ANSWER_OPEN, tagged
+from engine.tasks.worked_examples import worked_answer
+from wire.protocol import TaskSpec
+
+# The nine tasks of the paper's controlled experiment, on reasoning-gym's defaults.
+PAPER_TASKS = (
+    "base_conversion",
+    "basic_arithmetic",
+    "arc_1d",
+    "bf",
+    "propositional_logic",
+    "fraction_simplification",
+    "decimal_arithmetic",
+    "calendar_arithmetic",
+    "binary_matrix",
+)
+
+# Easy settings for tiny models: SmolLM2-135M scores ~0 on reasoning-gym's defaults. Chosen with
+# `sapo-engine baseline` (48 held-out questions per task, Q8_0 working copy, worked examples; issue 10,
+# docs/BENCHMARKS.md "The easy preset"): tasks where the bundled model's sampled accuracy starts at
+# 0.2-0.7, or greedy is well above sampled (room to sharpen), so most groups have reward spread.
+# Sampled / greedy at choice: basic_arithmetic 0.42 / 0.79, chain_sum 0.34 / 0.75, leap years
+# 0.26 / 0.52, gcd 0.12 / 0.44. Left out: base_conversion (0.02 / 0.00), fraction_simplification
+# (0.06 / 0.12), leg_counting (0.01 / 0.10): too little reward for RL to start from.
+EASY_CONFIGS: dict[str, dict[str, Any]] = {
+    "basic_arithmetic": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 1,
+        "operators": ["+", "-", "*"],
+        "allow_parentheses": False,
+        "allow_negation": False,
+    },
+    "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+    "calendar_arithmetic": {"tasks": ["is_leap_year"]},
+    "gcd": {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 10},
+}
+EASY_WEIGHTS: dict[str, float] = {}
+
+SYSTEM_PROMPT = (
+    "You are a careful problem solver. Think briefly, then give only your final answer "
+    f"between {ANSWER_OPEN} and {ANSWER_CLOSE} tags."
+)
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task of a node's mix: a reasoning-gym dataset, its settings and its weight."""
+
+    dataset: str
+    weight: float = 1.0
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Question:
+    spec: TaskSpec
+    question: str
+    answer: str  # "" where the dataset scores from metadata alone
+    entry: dict[str, Any]  # reasoning-gym's item, what its scorer needs
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts, stable across Python runs (unlike ``hash``)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def known_datasets() -> list[str]:
+    return sorted(reasoning_gym.factory.DATASETS)
+
+
+def build_mix(preset: str, tasks: list[str] | None = None, weights: dict[str, float] | None = None,
+              configs: dict[str, dict[str, Any]] | None = None) -> tuple[TaskEntry, ...]:
+    """The task mix: a preset's tasks and settings, then the user's choices on top."""
+    if preset == "paper":
+        names, base_cfg, base_w = list(PAPER_TASKS), {}, {}
+    elif preset == "easy":
+        names, base_cfg, base_w = list(EASY_CONFIGS), EASY_CONFIGS, EASY_WEIGHTS
+    else:
+        raise SapoError(f"unknown preset {preset!r}: choose 'easy' or 'paper'")
+    names = list(tasks) if tasks else names
+    weights, configs = weights or {}, configs or {}
+    known = set(reasoning_gym.factory.DATASETS)
+    for name in [*names, *weights, *configs]:
+        if name not in known:
+            raise SapoError(f"unknown task {name!r}; see reasoning-gym's list, e.g. {', '.join(PAPER_TASKS[:3])}")
+    if not names:
+        raise SapoError("the task list is empty")
+    mix = []
+    for name in dict.fromkeys(names):
+        weight = float(weights.get(name, base_w.get(name, 1.0)))
+        if not weight > 0:
+            raise SapoError(f"task {name!r}: weight must be > 0, got {weight}")
+        cfg = {**base_cfg.get(name, {}), **configs.get(name, {})}
+        mix.append(TaskEntry(name, weight, cfg))
+    for entry in mix:  # fail now, not mid-run, on settings reasoning-gym rejects
+        try:  # some settings pass the constructor and fail only when a question is made
+            _dataset(entry.dataset, _config_key(entry.config), 0)[0]
+        except Exception as exc:  # noqa: BLE001 - reasoning-gym raises assorted types
+            raise SapoError(f"task {entry.dataset!r}: invalid settings {entry.config}: {exc}") from None
+    return tuple(mix)
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+# Items do not depend on a dataset's size (item i is seeded with seed + i), but a few datasets
+# precompute a list of that length: 2**20 questions per task and seed is ample and cheap.
+MAX_INDEX = 2**20
+
+
+@lru_cache(maxsize=64)
+def _dataset(name: str, config_key: str, seed: int) -> Any:
+    return reasoning_gym.create_dataset(name, seed=seed, size=MAX_INDEX, **json.loads(config_key))
+
+
+def regenerate(spec: TaskSpec) -> Question:
+    """The question and answer a spec stands for, exactly as its author saw them.
+
+    Runs reasoning-gym on the spec: for a peer's spec only inside the sandbox, after ``admit``.
+    """
+    if spec.index >= MAX_INDEX:
+        raise ValueError(f"index {spec.index} is beyond {MAX_INDEX}")
+    ds = _dataset(spec.dataset, _config_key(spec.config), spec.seed)
+    item = ds[spec.index]
+    return Question(spec, item["question"], item["answer"] or "", item)
+
+
+def scorer_for(spec: TaskSpec) -> Any:
+    return _dataset(spec.dataset, _config_key(spec.config), spec.seed)
+
+
+def _spec(entry: TaskEntry, seed: int, index: int) -> TaskSpec:
+    return TaskSpec(dataset=entry.dataset, config=dict(entry.config), seed=seed, index=index)
+
+
+# --- which peer specs a node regenerates ------------------------------------------------------
+
+# With ``external_any_task``: the datasets a node accepts outside its own mix, and for each the
+# settings it accepts with their largest value (a number) or None (a flag, a word or a short
+# list of words). Sized so that one item takes milliseconds to generate and to score; every
+# other dataset or setting is refused before reasoning-gym sees it.
+ANY_TASK_CAPS: dict[str, dict[str, float | None]] = {
+    "arc_1d": {"min_size": 30, "max_size": 30, "num_train": 5},
+    "base_conversion": {"min_base": 36, "max_base": 36, "min_value": 10**6, "max_value": 10**6},
+    "basic_arithmetic": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "operators": None,
+                         "allow_parentheses": None, "allow_negation": None, "format_style": None,
+                         "whitespace": None},
+    "bf": {"difficulty": 2},  # difficulty 3 takes seconds per item
+    "binary_matrix": {"min_n": 12, "max_n": 12, "p_zero": 1.0},
+    "calendar_arithmetic": {"year": 9999, "tasks": None, "offset_upper_bound": 1000, "leap_year_range": 1000},
+    "chain_sum": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "allow_negation": None},
+    "decimal_arithmetic": {"min_num_decimal_places": 6, "max_num_decimal_places": 6, "min_terms": 8,
+                           "max_terms": 8, "precision": 28},
+    "fraction_simplification": {"min_value": 10**4, "max_value": 10**4, "min_factor": 1000, "max_factor": 1000,
+                                "styles": None},
+    "propositional_logic": {"min_vars": 6, "max_vars": 6, "min_statements": 6, "max_statements": 6,
+                            "min_complexity": 4, "max_complexity": 4},
+}
+MAX_LIST_ITEMS = 8
+MAX_WORD_CHARS = 32
+
+
+def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) -> str | None:
+    """None if this node would regenerate a peer's spec, else the reason (``foreign_task``, ``bad_spec``).
+
+    Pure and cheap: runs before any reasoning-gym code sees the spec.
+    """
+    if spec.index >= MAX_INDEX:
+        return "bad_spec"
+    key = _config_key(spec.config)
+    if any(e.dataset == spec.dataset and _config_key(e.config) == key for e in mix):
+        return None
+    if not any_task:
+        return "foreign_task"
+    caps = ANY_TASK_CAPS.get(spec.dataset)
+    if caps is None:
+        return "foreign_task"
+    for name, value in spec.config.items():
+        if name not in caps:
+            return "bad_spec"
+        if not _within(value, caps[name]):
+            return "bad_spec"
+    return None
+
+
+def _within(value: Any, cap: float | None) -> bool:
+    if cap is not None:  # a number, 0..cap (bool is an int in Python: not a number here)
+        return type(value) in (int, float) and 0 <= value <= cap
+    if isinstance(value, list):
+        return len(value) <= MAX_LIST_ITEMS and all(_within(v, None) and not isinstance(v, list) for v in value)
+    return value is None or isinstance(value, bool) or (isinstance(value, str) and len(value) <= MAX_WORD_CHARS)
+
+
+# --- held-out questions and what counts as the same question ---------------------------------
+
+def _normal(text: str) -> str:
+    return " ".join(str(text).split()).lower()
+
+
+def _leap_year_or_question(entry: dict[str, Any]) -> Any:
+    meta = entry["metadata"]
+    return ["year", meta["year"]] if meta.get("task") == "is_leap_year" else _normal(entry["question"])
+
+
+# What decides a question, where its wording varies (templates, styles) for the same content.
+_CONTENT: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "basic_arithmetic": lambda e: _normal(e["metadata"]["expression"]),
+    "chain_sum": lambda e: _normal(e["metadata"]["expression"]),
+    "base_conversion": lambda e: [e["metadata"][k] for k in ("decimal_value", "source_base", "target_base")],
+    "fraction_simplification": lambda e: [e["metadata"]["numerator"], e["metadata"]["denominator"]],
+    "binary_matrix": lambda e: e["metadata"]["matrix"],
+    "calendar_arithmetic": _leap_year_or_question,
+}
+
+
+def content_key(dataset: str, entry: dict[str, Any]) -> str:
+    """Two questions with the same key are the same question: e.g. the year of a leap-year question."""
+    try:
+        value = _CONTENT[dataset](entry) if dataset in _CONTENT else _normal(entry["question"])
+    except (KeyError, TypeError):  # metadata of another reasoning-gym version: fall back to the text
+        value = _normal(entry["question"])
+    digest = hashlib.blake2b(json.dumps(value, sort_keys=True, default=str).encode(), digest_size=12).hexdigest()
+    return f"{dataset}:{digest}"
+
+
+def question_key(q: Question) -> str:
+    return content_key(q.spec.dataset, q.entry)
+
+
+def heldout_set(mix: tuple[TaskEntry, ...], per_task: int) -> list[Question]:
+    """The fixed evaluation questions: the same on every node with the same mix, no two alike."""
+    out: list[Question] = []
+    seen: set[str] = set()
+    for entry in mix:
+        seed = derive_seed("heldout", entry.dataset, _config_key(entry.config))
+        taken = 0
+        for i in range(4 * per_task + 16):  # bounded: a tiny task space may not hold per_task distinct ones
+            q = regenerate(_spec(entry, seed, i))
+            key = question_key(q)
+            if key not in seen:
+                seen.add(key)
+                out.append(q)
+                taken += 1
+                if taken == per_task:
+                    break
+    return out
+
+
+@dataclass
+class StreamState:
+    """Where a node's question stream stands; saved with each checkpoint."""
+
+    draws: int = 0
+    next_index: dict[str, int] = field(default_factory=dict)
+
+
+class QuestionStream:
+    """A node's own, never-repeating stream of training questions."""
+
+    def __init__(self, mix: tuple[TaskEntry, ...], node_id: str, seed: int, heldout: list[Question],
+                 state: StreamState | None = None) -> None:
+        self.mix = mix
+        self.node_id = node_id
+        self.seed = seed
+        self.state = state or StreamState()
+        self._excluded = {question_key(q) for q in heldout}
+
+    def _task_seed(self, entry: TaskEntry) -> int:
+        return derive_seed("train", self.node_id, self.seed, entry.dataset, _config_key(entry.config))
+
+    def draw(self, n: int) -> list[Question]:
+        """Draw n questions, tasks chosen by weight with replacement (as in the paper)."""
+        out = []
+        for _ in range(n):
+            rng = random.Random(derive_seed("pick", self.node_id, self.seed, self.state.draws))
+            entry = rng.choices(self.mix, weights=[e.weight for e in self.mix])[0]
+            self.state.draws += 1
+            out.append(self._next_of(entry))
+        return out
+
+    def _next_of(self, entry: TaskEntry) -> Question:
+        key = f"{entry.dataset}:{_config_key(entry.config)}"
+        seed = self._task_seed(entry)
+        # Bounded: tiny task spaces (one-digit sums) can be mostly held out.
+        for _ in range(1000):
+            index = self.state.next_index.get(key, 0)
+            self.state.next_index[key] = index + 1
+            q = regenerate(_spec(entry, seed, index))
+            if question_key(q) not in self._excluded:
+                return q
+        raise SapoError(f"task {entry.dataset!r}: its settings leave no questions outside the held-out set")
+
+
+# How a prompt is made (``--prompts``): the examples' assistant turns (bare answers, or a short
+# working first: engine/tasks/worked_examples.py) and whether the system prompt comes first.
+PROMPT_STYLES: dict[str, tuple[bool, bool]] = {  # name -> (worked examples, system prompt)
+    "old": (False, True),  # before issue 10: system prompt + bare <answer>N</answer> examples
+    "worked": (True, True),
+    "worked-nosys": (True, False),
+}
+# The style each task gets under "new" (the default), chosen by measurement (docs/BENCHMARKS.md,
+# "Prompts that show the working"); tasks not listed get DEFAULT_STYLE.
+# 48 held-out questions per task, greedy + 4 samples, Q8_0: bare answers ("old") kept where worked
+# examples cut accuracy and the well-formed rate (base_conversion sampled 0.021 -> 0.005, fmt 0.93 ->
+# 0.38; fraction_simplification 0.062 -> 0.016, fmt 0.82 -> 0.36); worked elsewhere. The system
+# prompt stays everywhere: without it ("worked-nosys") no task did better.
+# Paper preset (reasoning-gym's default difficulty; 16 questions per task, the same command): the bundled
+# model answers ~0 with either style except propositional_logic (greedy 0 -> 0.69 with workings) and leap-year
+# style calendar questions (0.19 both); elsewhere the well-formed rate decides, and bare answers keep it higher
+# (arc_1d 0.05 -> 0, bf 0.31 -> 0.25, decimal_arithmetic 0.56 -> 0.06, binary_matrix equal). Not measured on
+# larger models. A task in both presets keeps the easy preset's choice, where accuracies are not 0.
+PROMPT_CHOICE: dict[str, str] = {"base_conversion": "old", "fraction_simplification": "old", "arc_1d": "old",
+                                 "bf": "old", "decimal_arithmetic": "old", "binary_matrix": "old"}
+DEFAULT_STYLE = "worked"
+
+
+def style_for(dataset: str, prompts: str) -> tuple[bool, bool]:
+    """(worked examples, system prompt) of a task under a ``--prompts`` choice."""
+    if prompts == "new":
+        return PROMPT_STYLES[PROMPT_CHOICE.get(dataset, DEFAULT_STYLE)]
+    if prompts not in PROMPT_STYLES:
+        raise SapoError(f"unknown prompts {prompts!r}: choose new, {', '.join(PROMPT_STYLES)}")
+    return PROMPT_STYLES[prompts]
+
+
+def fewshot_messages(entry: TaskEntry, k: int, exclude: frozenset[str] | set[str] = frozenset(),
+                     worked: bool = False) -> list[dict[str, str]]:
+    """k worked examples of a task, as chat turns, from a seed namespace of their own.
+
+    ``exclude``: content keys never shown (the held-out set: an example must not give an answer away).
+    ``worked``: the assistant turns show a short working before the tag (engine/tasks/worked_examples.py) where
+    the task has one; else just the tagged answer.
+    """
+    seed = derive_seed("fewshot", entry.dataset, _config_key(entry.config))
+    messages: list[dict[str, str]] = []
+    index = 0
+    while len(messages) < 2 * k and index < 50:
+        q = regenerate(_spec(entry, seed, index))
+        index += 1
+        if question_key(q) in exclude:
+            continue
+        reply = worked_answer(entry.dataset, q.entry) if worked else None
+        if reply is None and q.answer:
+            reply = tagged(q.answer)
+        if reply is not None:
+            messages += [{"role": "user", "content": q.question}, {"role": "assistant", "content": reply}]
+    return messages
+
+
+def build_messages(question: str, fewshot: list[dict[str, str]], system: bool = True) -> list[dict[str, str]]:
+    head = [{"role": "system", "content": SYSTEM_PROMPT}] if system else []
+    return [*head, *fewshot, {"role": "user", "content": question}]
+
+
+class Prompts:
+    """A node's prompt for any question: its chat template (``render``), its few-shot examples.
+
+    Examples only for tasks of its own mix (a peer's settings are never generated outside the
+    sandbox), never a held-out question (``exclude``: content keys). ``prompts``: a style of
+    ``PROMPT_STYLES`` for every task, or "new" (each task's measured choice).
+    """
+
+    def __init__(self, mix: tuple[TaskEntry, ...], fewshot: int, exclude: frozenset[str],
+                 render: Callable[[list[dict[str, str]]], list[int]], prompts: str = "new") -> None:
+        self.mix, self.fewshot, self.exclude, self.render = mix, fewshot, exclude, render
+        self.prompts = prompts
+        style_for("", prompts)  # an unknown choice fails here, not at the first question
+        self._shots: dict[tuple[str, str], tuple[list[dict[str, str]], bool]] = {}
+
+    def __call__(self, q: Question) -> list[int]:
+        return self.render(self.messages(q))
+
+    def messages(self, q: Question) -> list[dict[str, str]]:
+        key = (q.spec.dataset, _config_key(q.spec.config))
+        cached = self._shots.get(key)
+        if cached is None:
+            worked, system = style_for(q.spec.dataset, self.prompts)
+            entry = next((e for e in self.mix if (e.dataset, _config_key(e.config)) == key), None)
+            shots = fewshot_messages(entry, self.fewshot, self.exclude, worked) if entry is not None else []
+            cached = self._shots[key] = (shots, system)
+        return build_messages(q.question, cached[0], cached[1])
