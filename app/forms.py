@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, 
 from app import palette
 from app.settings import DEFAULT_RELAY, POWER_WORDS, AppSettings, preset_threads
 from wire.addresses import relay_urls_problem
+from wire.protocol import swarm_name_problem
 
 SWARM_CHOICES = (
     ("public", "Join a swarm", "Train together with the volunteers of a swarm on a relay server."),
@@ -97,8 +98,8 @@ class SwarmForm(QWidget):
             problem = relay_urls_problem(self.relay.text())  # wire's rule; the engine checks again when it starts
             if problem:
                 return problem
-        if kind != "offline" and not 1 <= len(self.swarm.text().strip()) <= 64:
-            return "the swarm name must be 1 to 64 characters"
+        if kind != "offline" and (problem := swarm_name_problem(self.swarm.text().strip())):
+            return problem  # wire's rule: the relay refuses any other name
         if kind == "private" and not self.token.text():
             return "a private swarm needs its token"
         return None
