@@ -6,12 +6,11 @@ import pyqtgraph as pg
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
+from app import palette
 from app.run_model import RoundPoint, RunModel, moving_average
 
-pg.setConfigOptions(antialias=True, background="w", foreground="#333")
+pg.setConfigOptions(antialias=True, background=palette.CHART_BACKGROUND, foreground=palette.CHART_TEXT)
 
-# Colour-blind-safe (Okabe-Ito)
-BLUE, ORANGE, GREEN, PURPLE, GREY, RED, SKY = "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#999999", "#D55E00", "#56B4E9"
 AVERAGE_WINDOW = 5
 
 
@@ -39,10 +38,14 @@ def integer_rounds(widget: pg.PlotWidget, xs: list[int]) -> None:
         axis.setTickSpacing()  # back to automatic
 
 
-def _faint(color: str) -> QColor:
+def _see_through(color: str, alpha: int) -> QColor:
     c = QColor(color)
-    c.setAlpha(90)
+    c.setAlpha(alpha)
     return c
+
+
+def _faint(color: str) -> QColor:
+    return _see_through(color, 90)
 
 
 class ProgressChart:
@@ -52,13 +55,15 @@ class ProgressChart:
         self.widget = _plot("How well it answers", "score (0 to 1)", parent)
         self.widget.setYRange(0, 1, padding=0.02)
         legend = self.widget.addLegend(offset=(8, 8), labelTextSize="9pt")
-        legend.setBrush(pg.mkBrush(255, 255, 255, 200))
-        self._reward = self.widget.plot(pen=pg.mkPen(_faint(BLUE), width=1))
-        self._accuracy = self.widget.plot(pen=pg.mkPen(_faint(ORANGE), width=1))
-        self._reward_avg = self.widget.plot(pen=pg.mkPen(BLUE, width=3), name=f"reward ({AVERAGE_WINDOW}-round average)")
-        self._accuracy_avg = self.widget.plot(pen=pg.mkPen(ORANGE, width=3),
+        legend.setBrush(pg.mkBrush(_see_through(palette.CHART_BACKGROUND, 200)))
+        self._reward = self.widget.plot(pen=pg.mkPen(_faint(palette.REWARD), width=1))
+        self._accuracy = self.widget.plot(pen=pg.mkPen(_faint(palette.ACCURACY), width=1))
+        self._reward_avg = self.widget.plot(pen=pg.mkPen(palette.REWARD, width=3),
+                                            name=f"reward ({AVERAGE_WINDOW}-round average)")
+        self._accuracy_avg = self.widget.plot(pen=pg.mkPen(palette.ACCURACY, width=3),
                                               name=f"correct answers ({AVERAGE_WINDOW}-round average)")
-        self._test = self.widget.plot(pen=None, symbol="o", symbolSize=9, symbolBrush=GREEN, symbolPen="w",
+        self._test = self.widget.plot(pen=None, symbol="o", symbolSize=9, symbolBrush=palette.PRACTICE_TEST,
+                                      symbolPen=palette.DOT_EDGE,
                                       name="practice test (held-out questions)")
         self.widget.setToolTip(
             "Reward: the score each answer gets, 1 for a correct answer, a little for a well-formed one.\n"
@@ -88,7 +93,7 @@ class _StackedBars:
         # One row of legend over the bars; set_rows leaves headroom for it.
         legend = self.widget.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=legend_cols,
                                        verSpacing=-6, horSpacing=8)
-        legend.setBrush(pg.mkBrush(255, 255, 255, 220))
+        legend.setBrush(pg.mkBrush(_see_through(palette.CHART_BACKGROUND, 220)))
         self._bars = []
         for name, color in parts:
             bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.8, brush=color, pen=pg.mkPen(None), name=name)
@@ -110,8 +115,9 @@ class _StackedBars:
 class TimeChart(_StackedBars):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Where each round's time goes", "seconds", [
-            ("writing answers", BLUE), ("checking answers", SKY), ("learning", ORANGE),
-            ("loading the new model", GREEN), ("practice test", PURPLE), ("other", GREY)], parent, legend_cols=3,
+            ("writing answers", palette.TIME_WRITING), ("checking answers", palette.TIME_CHECKING),
+            ("learning", palette.TIME_LEARNING), ("loading the new model", palette.TIME_LOADING),
+            ("practice test", palette.TIME_TESTING), ("other", palette.TIME_OTHER)], parent, legend_cols=3,
             headroom=1.6)
         self.widget.setToolTip("Writing answers: the model answers this round's questions.\n"
                                "Checking answers: each answer is scored against the task's rules.\n"
@@ -126,9 +132,10 @@ class TimeChart(_StackedBars):
 class GroupsChart(_StackedBars):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Groups of answers per round", "groups", [
-            ("own", BLUE), ("from the swarm", GREEN), ("refused", RED)], parent, headroom=1.5)
+            ("own", palette.GROUPS_OWN), ("from the swarm", palette.GROUPS_FROM_SWARM),
+            ("refused", palette.GROUPS_REFUSED)], parent, headroom=1.5)
         # Unused groups are part of own + swarm (all answers scored alike), so they are marks, not a stack.
-        self._unused = self.widget.plot(pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen("#222", width=2),
+        self._unused = self.widget.plot(pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen(palette.GROUPS_UNUSED_MARK, width=2),
                                         name="not used (answers all alike)")
         self.widget.setToolTip(
             "Each question gets several answers: a group.\n"

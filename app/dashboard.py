@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFrame, QGridLayout, QHBoxLayo
                                QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QTableWidget,
                                QTableWidgetItem, QTabWidget, QToolTip, QVBoxLayout, QWidget)
 
+from app import palette
 from app.charts import GroupsChart, ProgressChart, TimeChart
 from app.run_model import LOG_SIZE, RunModel
 
@@ -99,7 +100,7 @@ class Dashboard(QWidget):
         self.progress.setAccessibleName("progress of this step")
         self.message = QLabel("")
         self.message.setWordWrap(True)
-        self.message.setStyleSheet("color: #555")
+        self.message.setStyleSheet(f"color: {palette.MUTED_TEXT}")
         left = QVBoxLayout()
         left.addWidget(self.status)
         left.addWidget(self.phase)
@@ -134,7 +135,7 @@ class Dashboard(QWidget):
     def _problem_banner(self) -> QFrame:
         self.banner = QFrame()
         self.banner.setFrameShape(QFrame.Shape.StyledPanel)
-        self.banner.setStyleSheet("QFrame { background: #fff3e0; }")
+        self.banner.setStyleSheet(f"QFrame {{ background: {palette.PROBLEM_BANNER}; }}")
         self.banner_text = QLabel()
         self.banner_text.setWordWrap(True)
         self.banner_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
                                QSpinBox, QVBoxLayout, QWidget)
 
+from app import palette
 from app.settings import DEFAULT_RELAY, POWER_WORDS, AppSettings, preset_threads
+from wire.addresses import relay_urls_problem
+from wire.protocol import swarm_name_problem
 
 SWARM_CHOICES = (
     ("public", "Join a swarm", "Train together with the volunteers of a swarm on a relay server."),
@@ -30,31 +31,6 @@ def one_tab_stop(group: QButtonGroup) -> None:
     fix()
 
 
-def relay_problem(text: str) -> str | None:
-    """Why a relay URL (or a comma-separated list of replicas) is unusable, or None. The rule of
-    ``engine.sharing.swarm_client.check_relay_urls``, kept here so the app stays off the engine's modules; the
-    engine checks again when it starts."""
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    if not urls:
-        return "relay URL must look like ws://host:port or wss://host:port, got ''"
-    for url in urls:
-        problem = _url_problem(url)
-        if problem:
-            return problem
-    return None
-
-
-def _url_problem(url: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        return f"relay URL has an invalid port: {url!r}"
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        return f"relay URL must look like ws://host:port or wss://host:port, got {url!r}"
-    return None
-
-
 class SwarmForm(QWidget):
     changed = Signal()
 
@@ -71,7 +47,7 @@ class SwarmForm(QWidget):
             layout.addWidget(button)
             hint = QLabel(words)
             hint.setWordWrap(True)
-            hint.setStyleSheet("color: #555; margin-left: 24px")
+            hint.setStyleSheet(f"color: {palette.MUTED_TEXT}; margin-left: 24px")
             layout.addWidget(hint)
         box = QGroupBox("Swarm details")
         form = QFormLayout(box)
@@ -91,7 +67,7 @@ class SwarmForm(QWidget):
         form.addRow("Token (password):", self.token)
         form.addRow("Port on this computer:", self.port)
         self.problem = QLabel("")
-        self.problem.setStyleSheet("color: #b00020")
+        self.problem.setStyleSheet(f"color: {palette.ERROR_TEXT}")
         self.problem.setWordWrap(True)
         layout.addWidget(box)
         layout.addWidget(self.problem)
@@ -119,11 +95,11 @@ class SwarmForm(QWidget):
     def problem_text(self) -> str | None:
         kind = self.kind
         if kind in ("public", "private"):
-            problem = relay_problem(self.relay.text())
+            problem = relay_urls_problem(self.relay.text())  # wire's rule; the engine checks again when it starts
             if problem:
                 return problem
-        if kind != "offline" and not 1 <= len(self.swarm.text().strip()) <= 64:
-            return "the swarm name must be 1 to 64 characters"
+        if kind != "offline" and (problem := swarm_name_problem(self.swarm.text().strip())):
+            return problem  # wire's rule: the relay refuses any other name
         if kind == "private" and not self.token.text():
             return "a private swarm needs its token"
         return None

@@ -5,13 +5,16 @@ from __future__ import annotations
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
-STATE_COLORS = {"running": "#009E73", "finishing": "#009E73", "paused": "#E69F00", "crashed": "#D55E00"}
+from app import palette
+
+STATE_COLORS = {"running": palette.STATE_RUNNING, "finishing": palette.STATE_RUNNING, "paused": palette.STATE_PAUSED,
+                "crashed": palette.STATE_CRASHED}
 
 
 def app_icon(state: str = "") -> QIcon:
     icon = QIcon()
     for size in (16, 32, 64, 128):
-        icon.addPixmap(_draw(size, STATE_COLORS.get(state, "#0072B2")))
+        icon.addPixmap(_draw(size, STATE_COLORS.get(state, palette.STATE_IDLE)))
     return icon
 
 

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage)
 
+from app import palette
 from app.engine_tasks import IdentityQuery, ModelDownload, ModelsQuery
 from app.forms import PowerForm, SwarmForm
 from app.icon import app_icon
@@ -99,9 +100,9 @@ class ModelPage(QWizardPage):
         self.table.itemSelectionChanged.connect(self._show_terms)
         self.reason = _label()
         self.terms = _label()
-        self.terms.setStyleSheet("color: #8a4b00")
+        self.terms.setStyleSheet(f"color: {palette.CAUTION_TEXT}")
         self.timing = _label("Estimating each model's round time on this computer (once, about a minute)…")
-        self.timing.setStyleSheet("color: #555")
+        self.timing.setStyleSheet(f"color: {palette.MUTED_TEXT}")
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.reason)

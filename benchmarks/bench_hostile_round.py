@@ -25,10 +25,12 @@ from pathlib import Path
 import msgspec
 from websockets.sync.client import connect
 
-from engine.tasks.questions import QuestionStream, build_mix
-from relay.loadgen import free_port, http_get
-from wire import protocol as p
-from wire.identity import Identity
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/ is the repository's, not an installed package
+
+from engine.tasks.questions import QuestionStream, build_mix  # noqa: E402
+from tools.relay_loadgen import free_port, http_get  # noqa: E402
+from wire import protocol as p  # noqa: E402
+from wire.identity import Identity  # noqa: E402
 
 FLAGS = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--local", "2", "--external", "2",
          "--completions", "4", "--max-tokens", "64", "--eval-every", "0", "--quiet"]

@@ -6,7 +6,7 @@ Three cells, one after another in one run (the machine is shared: compare within
     redis x1      one relay, pool and stats in Redis
     redis x2      two replicas on one Redis; the load generator spreads its nodes over both
 
-Each cell: ``python -m relay.loadgen --url ...`` (open loop, same nodes, rate and duration), while this
+Each cell: ``python -m tools.relay_loadgen --url ...`` (open loop, same nodes, rate and duration), while this
 script samples RSS and CPU of every relay process and of redis-server. Then Redis's memory per 10,000
 pooled groups (INFO memory, used_memory, before and after, divided by the groups pooled).
 
@@ -30,7 +30,10 @@ from pathlib import Path
 import psutil
 import redis
 
-from relay.loadgen import SpawnedRelay, free_port, spawn_relay
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tools/ is the repository's, not an installed package
+
+from tools.relay_loadgen import SpawnedRelay, free_port, spawn_relay  # noqa: E402
 
 RELAY_ARGS = ["--rate", "100", "--burst", "200", "--groups-per-minute", "100000"]  # loadgen's defaults
 
@@ -83,9 +86,10 @@ class Watch(threading.Thread):
 
 
 def load(urls: list[str], args: argparse.Namespace) -> dict[str, str]:
-    cmd = [sys.executable, "-m", "relay.loadgen", "--url", ",".join(urls), "--nodes", str(args.nodes),
+    cmd = [sys.executable, "-m", "tools.relay_loadgen", "--url", ",".join(urls), "--nodes", str(args.nodes),
            "--rate", str(args.rate), "--seconds", str(args.seconds)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 300).stdout
+    # From the repository root, where `-m tools.relay_loadgen` is found.
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 300, cwd=ROOT).stdout
     found: dict[str, str] = {}
     if m := re.search(r"= (\d+) msg/s sustained", out):
         found["rps"] = m.group(1)

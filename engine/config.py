@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from engine.errors import SapoError
-from wire.protocol import MAX_FORMAT_BONUS
+from wire.protocol import MAX_FORMAT_BONUS, swarm_name_problem
 
 TINY_PARAMS = 500_000_000  # below this, a model gets the "tiny" defaults
 
@@ -340,7 +340,7 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
-    need(bool(cfg.swarm) and len(cfg.swarm) <= 64, "swarm name must be 1..64 characters")
+    need(swarm_name_problem(cfg.swarm) is None, swarm_name_problem(cfg.swarm) or "")
     need(cfg.external_selection in ("uniform", "top", "useful"),
          f"external selection must be uniform, top or useful, got {cfg.external_selection!r}")
     need(cfg.external_negatives in ("onpolicy", "drop", "topr"),

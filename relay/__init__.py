@@ -1,1 +1,1 @@
-"""The self-hostable SAPO Swarm websocket relay, and the wire protocol it shares with the engine."""
+"""The self-hostable SAPO Swarm websocket relay: it serves the wire protocol defined in ``wire/protocol.py``."""

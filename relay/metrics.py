@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-if TYPE_CHECKING:
-    from relay.server import Relay
+from relay.view import RelayView
 
 
 class Metrics:
     """Prometheus metrics in a registry of this relay's own (tests run several relays)."""
 
-    def __init__(self, relay: Relay) -> None:
+    def __init__(self, relay: RelayView) -> None:
         self.registry = r = CollectorRegistry()
         Gauge("sapo_relay_peers", "Nodes connected (after hello)", registry=r).set_function(lambda: relay.peer_count)
         Gauge("sapo_relay_swarms", "Swarms with connected nodes", registry=r).set_function(lambda: len(relay.peers))

@@ -40,7 +40,7 @@ from relay.backend import STATS_FILE, Backend, EmbeddedBackend, Unavailable
 from relay.metrics import Metrics
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
-from relay.status import SWARM_NAME, relay_status, swarm_status
+from relay.status import relay_status, swarm_status
 from relay.status_page import CSP, HTML
 from relay.tls import server_context
 
@@ -297,7 +297,7 @@ class Relay:
     async def _status_http(self, conn: ServerConnection, path: str) -> Response | None:
         """The status page and its JSON (relay/status.py); a 404 for anything else that is not a websocket."""
         if self.config.status_page:
-            if path == "/" or (path.startswith("/swarm/") and SWARM_NAME.match(path[7:])):
+            if path == "/" or (path.startswith("/swarm/") and p.swarm_name_problem(path[7:]) is None):
                 response = _response(conn, HTML, "text/html; charset=utf-8")
                 response.headers["Content-Security-Policy"] = CSP
                 response.headers["X-Content-Type-Options"] = "nosniff"
@@ -306,7 +306,7 @@ class Relay:
             try:
                 if path == "/api/swarms":
                     return _response(conn, json.dumps(await relay_status(self)), "application/json")
-                if path.startswith("/api/swarm/") and SWARM_NAME.match(path[11:]):
+                if path.startswith("/api/swarm/") and p.swarm_name_problem(path[11:]) is None:
                     return _response(conn, json.dumps(await swarm_status(self, path[11:])), "application/json")
             except Unavailable:
                 return _response(conn, json.dumps({"error": "unavailable"}), "application/json", 503)

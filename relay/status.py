@@ -14,24 +14,20 @@ swarm must not create state: such swarms are answered with zeros, and nothing is
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from relay.view import RelayView
 from wire.identity import display_name
 from wire.protocol import LEADERBOARD_ROWS
 
-if TYPE_CHECKING:
-    from relay.server import Relay
-
-SWARM_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # wire.protocol.SwarmName
 MAX_SWARMS_LISTED = 100
 MAX_MODELS_LISTED = 10
 MODEL_CHARS = 48  # a model name is chosen by its peer: shown short, and only as text
 
 
-async def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> dict[str, Any]:
+async def swarm_status(relay: RelayView, swarm: str, now: float | None = None) -> dict[str, Any]:
     """Peers online, groups per minute, pool size, models online and the leaderboard of one swarm."""
     now = time.time() if now is None else now
     backend = relay.backend
@@ -62,7 +58,7 @@ async def swarm_status(relay: Relay, swarm: str, now: float | None = None) -> di
     }
 
 
-async def relay_status(relay: Relay, now: float | None = None) -> dict[str, Any]:
+async def relay_status(relay: RelayView, now: float | None = None) -> dict[str, Any]:
     """The swarms with peers online on this relay, busiest first (at most MAX_SWARMS_LISTED)."""
     now = time.time() if now is None else now
     backend = relay.backend

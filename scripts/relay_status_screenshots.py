@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import chromium  # noqa: E402  (tests/chromium.py: the same browser driver the tests use)
 from test_relay_status import populate  # noqa: E402
-from relay.loadgen import spawn_relay  # noqa: E402
+from tools.relay_loadgen import spawn_relay  # noqa: E402
 
 
 async def shoot(out: Path, browser: str) -> None:

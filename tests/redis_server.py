@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import children
-from relay.loadgen import free_port
+from tools.relay_loadgen import free_port
 
 
 def require_redis_server() -> str:

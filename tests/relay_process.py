@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import children
-from relay.loadgen import free_port
+from tools.relay_loadgen import free_port
 
 
 class RelayProcess:

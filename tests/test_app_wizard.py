@@ -11,7 +11,7 @@ from app import settings as store
 from app.local_relay import port_open
 from app.settings import AppSettings
 from engine.errors import SapoError
-from relay.loadgen import free_port
+from tools.relay_loadgen import free_port
 
 
 @pytest.fixture
@@ -123,3 +123,18 @@ def test_preferences_edit_the_settings(qtbot, dirs):
     names = [dialog.model.itemData(i) for i in range(dialog.model.count())]
     assert names[0] == "smollm2-135m" and "qwen2.5-7b" in names
     assert dialog.model.currentText() == "smollm2-135m"  # the choice survives the list arriving
+
+
+def test_the_swarm_form_says_which_swarm_names_the_relay_refuses(qtbot):
+    from app.forms import SwarmForm
+
+    form = SwarmForm()
+    qtbot.addWidget(form)
+    form.buttons["public"].setChecked(True)
+    form.relay.setText("ws://127.0.0.1:8765")
+    for bad in ("my swarm", ".hidden", "x" * 65, ""):
+        form.swarm.setText(bad)
+        assert form.problem_text() is not None and "swarm name must be" in form.problem_text(), bad
+        assert form.problem.text() == form.problem_text()  # shown under the form as typed
+    form.swarm.setText("kitchen-2.v1")
+    assert form.problem_text() is None and form.problem.text() == ""

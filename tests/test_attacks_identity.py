@@ -22,9 +22,9 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from relay.loadgen import SimNode, synthetic_group
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
+from tools.relay_loadgen import SimNode, synthetic_group
 from wire import protocol as p
 from wire.identity import Identity
 

@@ -39,6 +39,9 @@ def test_auto_settings_follow_model_size():
     ({"completions": 65}, "completions"), ({"eps_low": 1.0}, "clip"), ({"top_p": 0}, "top_p"),
     ({"lora_targets": []}, "LoRA targets"), ({"swarm": ""}, "swarm"), ({"seed": -1}, "seed"),
     ({"local_groups": "four"}, "local_groups"), ({"format_bonus": 0.6}, "peers refuse"),
+    # the relay's own rule (wire.protocol.SwarmName): refused here at start, not by the relay at the first hello
+    ({"swarm": "my swarm"}, "swarm name must be"), ({"swarm": ".hidden"}, "swarm name must be"),
+    ({"swarm": "x" * 65}, "swarm name must be"),
 ])
 def test_invalid_values(values, needle):
     with pytest.raises(SapoError, match=needle):
@@ -87,3 +90,8 @@ def test_help_lists_every_setting_even_with_a_percent_sign_in_its_text():
     text = parser.format_help()
     assert "--eval-every" in text and "--shared-prefix" in text
     assert any("%" in describe(f.name) for f in dataclasses.fields(NodeConfig))  # the case this guards is real
+
+
+def test_every_swarm_name_the_relay_accepts_is_a_valid_setting():
+    for name in ("public", "a", "lab-2.v1_x", "A" * 64):
+        assert build_config({}, {"swarm": name}).swarm == name

@@ -274,3 +274,31 @@ def test_decode_only_raises_protocol_error(frame: str | bytes) -> None:
         assert err.code in p.CLOSE_CODES
     else:
         assert msg.v == p.PROTOCOL_VERSION
+
+
+# --- the swarm-name rule, written once (SWARM_NAME_PATTERN) ----------------------------------
+
+@pytest.mark.parametrize("name", ["s", "public", "A.b_c-9", "0", "x" * 64])
+def test_good_swarm_names(name: str) -> None:
+    assert p.swarm_name_problem(name) is None
+    p.decode(_hello(swarm=name))  # and the wire takes it
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65, "has space", "-lead", ".lead", "_lead", "tail\n", "ünï", "a/b", "a:b"])
+def test_bad_swarm_names(name: str) -> None:
+    problem = p.swarm_name_problem(name)
+    assert problem is not None and "\n" not in problem and repr(name) in problem
+    with pytest.raises(p.ProtocolError):
+        p.decode(_hello(swarm=name))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=70) | st.from_regex(p.SWARM_NAME_PATTERN, fullmatch=True))
+def test_swarm_name_problem_is_the_wires_rule(name: str) -> None:
+    """What swarm_name_problem accepts is exactly what a SwarmName field decodes."""
+    try:
+        msgspec.convert(name, p.SwarmName)
+        wire_ok = True
+    except msgspec.ValidationError:
+        wire_ok = False
+    assert (p.swarm_name_problem(name) is None) == wire_ok

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from relay.backend import EmbeddedBackend
-from relay.loadgen import synthetic_group
 from relay.pool import PoolLimits
 from relay.redis_backend import RedisBackend
+from tools.relay_loadgen import synthetic_group
 from wire import protocol as p
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32

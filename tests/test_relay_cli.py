@@ -13,8 +13,8 @@ import pytest
 
 from wire import protocol as p
 from relay.cli import build_parser, config_from_args, main
-from relay.loadgen import SimNode, spawn_relay, synthetic_group
 from relay.server import STATS_FILE
+from tools.relay_loadgen import SimNode, spawn_relay, synthetic_group
 
 
 def relay_cli(*args: str) -> subprocess.CompletedProcess[str]:

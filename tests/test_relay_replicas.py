@@ -24,7 +24,7 @@ import pytest
 
 from engine.sharing.swarm_client import SwarmClient
 from engine.tasks.questions import QuestionStream, build_mix
-from relay.loadgen import SimNode, http_get
+from tools.relay_loadgen import SimNode, http_get
 from wire import protocol as p
 from wire.identity import Identity
 from wire.protocol import Group, group_digest

@@ -20,9 +20,9 @@ from websockets.exceptions import ConnectionClosed
 
 from wire import protocol as p
 from wire.identity import Identity
-from relay.loadgen import SimNode, synthetic_group
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
+from tools.relay_loadgen import SimNode, synthetic_group
 
 SCALE = float(os.environ.get("SAPO_TEST_TIMEOUT_SCALE", "1"))
 T = 5 * SCALE  # per request; replies normally take about a millisecond

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import chromium
-from relay.loadgen import SimNode, http_get, spawn_relay, synthetic_group
 from relay.server import Relay, RelayConfig
+from tools.relay_loadgen import SimNode, http_get, spawn_relay, synthetic_group
 from wire import protocol as p
 
 HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>&amp;"

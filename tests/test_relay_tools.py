@@ -6,10 +6,10 @@ import asyncio
 import os
 from pathlib import Path
 
-from relay.fuzz import fuzz
-from relay.loadgen import main as loadgen_main
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
+from tools.relay_fuzz import fuzz
+from tools.relay_loadgen import main as loadgen_main
 
 SCALE = float(os.environ.get("SAPO_TEST_TIMEOUT_SCALE", "1"))
 

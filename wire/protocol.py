@@ -62,6 +62,7 @@ This module does no I/O.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -92,6 +93,9 @@ SPREAD_EPS = 1e-6  # rewards closer than this count as equal
 # A claimed reward is task score + a format bonus in [0, MAX_FORMAT_BONUS] for well-formed answers;
 # receivers refuse groups claiming more (engine/sharing/admission.py).
 MAX_FORMAT_BONUS = 0.5
+# A swarm's name: it also appears in the status page's URLs (/swarm/NAME). `\A...\Z`, not `^...$`:
+# `$` would let a trailing newline through.
+SWARM_NAME_PATTERN: Final = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS)]
 ConfigValue = int | float | str | bool | list[int | float | str | bool] | None
@@ -183,11 +187,21 @@ Digest = Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{32}\Z")]
 PublicKey = Annotated[bytes, msgspec.Meta(min_length=ident.PUBLIC_KEY_BYTES, max_length=ident.PUBLIC_KEY_BYTES)]
 Signature = Annotated[bytes, msgspec.Meta(min_length=ident.SIGNATURE_BYTES, max_length=ident.SIGNATURE_BYTES)]
 Nonce = Annotated[bytes, msgspec.Meta(min_length=ident.NONCE_BYTES, max_length=ident.NONCE_BYTES)]
-SwarmName = Annotated[str, msgspec.Meta(pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")]
+SwarmName = Annotated[str, msgspec.Meta(pattern=SWARM_NAME_PATTERN)]
 ShortText = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 Count = Annotated[int, msgspec.Meta(ge=0, lt=2**53)]
 Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=2.0**40)]
 Reward = Annotated[float, msgspec.Meta(ge=-10.0, le=10.0)]
+
+_SWARM_NAME_RE: Final = re.compile(SWARM_NAME_PATTERN)
+
+
+def swarm_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a swarm, in one line, or None: the rule ``SwarmName`` checks on the wire."""
+    if _SWARM_NAME_RE.match(name):
+        return None
+    return ("swarm name must be 1..64 characters: letters, digits, '.', '_' or '-', starting with a letter or digit; "
+            f"got {name!r}")
 
 # What each signature is for: a signature made for one purpose never verifies for another.
 HELLO, GROUP, REPORT = b"hello", b"group", b"report"

@@ -25,12 +25,12 @@ import ssl
 import time
 from collections import OrderedDict
 from typing import Callable
-from urllib.parse import urlsplit
 
 from websockets.exceptions import InvalidMessage, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
+from wire.addresses import relay_url_problem, relay_urls_problem, split_relay_urls
 from wire.identity import Identity
 from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
                            Limits, ProtocolError, Publish, Report, Sample, ServerMessage, SharedGroup, StatsReply,
@@ -53,22 +53,17 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 def check_relay_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise SapoError(f"relay URL must look like ws://host:port or wss://host:port, got {url!r}")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        raise SapoError(f"relay URL has an invalid port: {url!r}") from None
+    """``url`` if it can address a relay (the rule is ``wire.addresses``'), else a one-line SapoError."""
+    if (problem := relay_url_problem(url)) is not None:
+        raise SapoError(problem)
     return url
 
 
 def check_relay_urls(text: str) -> list[str]:
     """One or more relay URLs, comma-separated (replicas sharing one swarm), each checked; in order, once each."""
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    if not urls:
-        raise SapoError(f"relay must be one or more URLs (ws://host:port, comma-separated), got {text!r}")
-    return list(dict.fromkeys(check_relay_url(u) for u in urls))
+    if (problem := relay_urls_problem(text)) is not None:
+        raise SapoError(problem)
+    return split_relay_urls(text)
 
 
 class SwarmClient:

@@ -1,6 +1,6 @@
 """Load generator: N simulated nodes publish and sample against a relay.
 
-    python -m relay.loadgen --spawn --nodes 1000 --seconds 20
+    python -m tools.relay_loadgen --spawn --nodes 1000 --seconds 20
 
 Each node says hello, then loops until the time is up: publish one group, sample
 4, publish, sample, ..., and every 10th request asks for stats. Nodes are paced so
@@ -343,7 +343,7 @@ def _pct(sorted_values: list[float], q: float) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m relay.loadgen", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.relay_loadgen", description=__doc__.split("\n")[0])
     target = ap.add_mutually_exclusive_group(required=True)
     target.add_argument("--spawn", action="store_true", help="start a relay on a free loopback port, and stop it after")
     target.add_argument("--url", help="an already running relay, e.g. ws://127.0.0.1:8765; several replicas "

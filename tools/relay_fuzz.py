@@ -1,6 +1,6 @@
 """Fuzzer: hostile frames at a live relay while a well-behaved node keeps working.
 
-    python -m relay.fuzz --frames 10000
+    python -m tools.relay_fuzz --frames 10000
 
 Spawns a relay (message and publish rate limits lifted so frames reach the decoder; the
 refused-frame limit stays on, so hostile connections do get closed), then sends
@@ -32,9 +32,9 @@ import msgspec
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from tools.relay_loadgen import SimNode, http_get, spawn_relay, synthetic_group
 from wire import protocol as p
 from wire.identity import Identity
-from relay.loadgen import SimNode, http_get, spawn_relay, synthetic_group
 
 Frame = tuple[str | bytes, bool]  # payload, sent as text?
 V = p.PROTOCOL_VERSION
@@ -259,7 +259,7 @@ async def fuzz(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m relay.fuzz", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.relay_fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=10_000)
     ap.add_argument("--connections", type=int, default=4, help="hostile connections at a time")
     ap.add_argument("--seed", type=int, default=0)
