@@ -156,6 +156,8 @@ class Round(Event, tag="round", frozen=True):
     score_s: float = 0.0
     train_prompt_tokens: int = 0
     train_completion_tokens: int = 0
+    gen_prompt_tokens: int = 0  # the round's prompts' tokens, as if each were decoded alone
+    gen_prompt_tokens_computed: int = 0  # those sampling actually decoded (a task's shared preamble once)
     eval_s: float | None = None  # rounds that evaluated
     dead_slots_filled: int = 0  # own groups without spread replaced (fill_dead_slots): extra draws or swarm groups
     # the swarm: relay_connected is None when no relay is configured

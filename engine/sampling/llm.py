@@ -233,8 +233,9 @@ class LlamaModel:
     def clear(self) -> None:
         lc.llama_memory_clear(self.memory, True)
 
-    def copy_seq(self, src: int, dst: int) -> None:
-        lc.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+    def copy_seq(self, src: int, dst: int, end: int = -1) -> None:
+        """Share ``src``'s KV cells with ``dst`` (no recomputation): all of them, or those of positions [0, end)."""
+        lc.llama_memory_seq_cp(self.memory, src, dst, 0 if end >= 0 else -1, end)
 
     def decode(self, tokens: Sequence[int], positions: Sequence[int], seqs: Sequence[int],
                want_logits: Sequence[bool]) -> np.ndarray:
@@ -260,18 +261,30 @@ class LlamaModel:
 
     def decode_prompt(self, tokens: Sequence[int], seq: int) -> np.ndarray:
         """Decode a whole prompt on one sequence; returns the last token's logits (a copy)."""
-        last = None
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
-            is_last = start + self.n_batch >= len(tokens)
-            want = [False] * len(chunk)
-            if is_last:
-                want[-1] = True
-            out = self.decode(chunk, range(start, start + len(chunk)), [seq] * len(chunk), want)
-            if is_last:
-                last = out[0].copy()
-        assert last is not None, "empty prompt"
-        return last
+        return self.decode_prompts([(seq, tokens, 0)])[0]
+
+    def decode_prompts(self, parts: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """Decode several token runs, each ``(seq, tokens, first position)``, packed into as few
+        ``llama_decode`` calls as ``n_batch`` allows; returns each run's last-token logits (copies), in order.
+
+        A run continues its sequence from ``first position`` (cells before it already there, e.g.
+        shared from another sequence by ``copy_seq``); tokens of different sequences in one call
+        see only their own sequence's cells.
+        """
+        flat = [(i, seq, tok, start + j) for i, (seq, tokens, start) in enumerate(parts)
+                for j, tok in enumerate(tokens)]
+        if any(not tokens for _, tokens, _ in parts):
+            raise ValueError("empty prompt")
+        last = {i: start + len(tokens) - 1 for i, (_, tokens, start) in enumerate(parts)}
+        out: list[np.ndarray | None] = [None] * len(parts)
+        for lo in range(0, len(flat), self.n_batch):
+            chunk = flat[lo:lo + self.n_batch]
+            want = [pos == last[i] for i, _, _, pos in chunk]
+            rows = self.decode([t for _, _, t, _ in chunk], [p for _, _, _, p in chunk],
+                               [s for _, s, _, _ in chunk], want)
+            for row, (i, _, _, _) in zip(rows, [c for c, w in zip(chunk, want) if w]):
+                out[i] = row.copy()
+        return out  # type: ignore[return-value]
 
     def token_logprobs(self, tokens: Sequence[int], start: int) -> np.ndarray:
         """log p(tokens[i] | tokens[:i]) for i >= start, by the current weights and adapter."""
