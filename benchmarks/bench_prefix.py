@@ -4,7 +4,8 @@ The same prompts a node makes (its preset's task mix, its prompt style and worke
 its own question stream), the same seeds, the same llama.cpp context; the two ways take turns,
 ``--repeats`` times each, and the fastest of each is reported. Two workloads:
   round: I + J questions x L completions, the node's max_tokens (a `make run` round's sampling);
-  eval:  the held-out set, one greedy and two sampled answers each, in batches (evaluation).
+  eval:  the held-out set, one greedy and two sampled answers each, in one call split to fit the context
+         as the node's evaluation is (engine/run/evaluate.py; the node's context holds min(64, (I + J) L) sequences).
 
     python benchmarks/bench_prefix.py [--preset easy] [--questions 8] [--completions 4] [--threads 2]
 """
@@ -53,7 +54,7 @@ def main() -> None:
     cfg = resolve_auto(NodeConfig(preset=args.preset, completions=args.completions), n_params=135_000_000,
                        threads=args.threads)
     path = working_gguf(bundled_model_path(), cfg.weights, default_cache_dir() / "models")
-    n_seq = max(args.questions * args.completions, 8 * 3)
+    n_seq = min(64, args.questions * args.completions)  # as engine/run/backbone.py sizes it
     llm = LlamaModel(path, n_ctx=n_seq * cfg.max_tokens + 8192, n_seq_max=n_seq, threads=args.threads)
     mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
     held = heldout_set(mix, max(args.eval_per_task, 1))
@@ -63,7 +64,7 @@ def main() -> None:
     params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer)
     works = [("round", round_prompts, args.completions, 0, args.questions)]
     if eval_prompts:
-        works.append(("eval", eval_prompts, 3, 1, 8))  # engine/run/evaluate.py: greedy + 2 samples, 8 a batch
+        works.append(("eval", eval_prompts, 3, 1, len(eval_prompts)))  # greedy + 2 samples, one generate call
 
     print(f"machine: {platform.processor() or platform.machine()}, {args.threads} threads; preset {cfg.preset}, "
           f"L = {args.completions}, max_tokens {cfg.max_tokens}; fastest of {args.repeats}")

@@ -89,6 +89,8 @@ def test_two_offline_rounds_train_and_swap(trained):
         parts = e["gen_s"] + e["score_s"] + e["train_s"] + (e["swap_ms"] + e["checkpoint_ms"]) / 1000
         assert parts <= e["round_s"]
         assert e["train_completion_tokens"] == e["tokens_trained"]
+        # Sampling as a prefix tree: a task's preamble is decoded once per batch, not once per question.
+        assert 0 < e["gen_prompt_tokens_computed"] < e["gen_prompt_tokens"]
     for e in trained_rounds:
         assert e["train_s"] > 0 and e["train_prompt_tokens"] > 0
         # Few-shot prompts are ~150 tokens: a group's prompt is far longer than one answer of at most 24.

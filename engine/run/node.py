@@ -80,6 +80,8 @@ class RoundWork:
     rejected: Counter[str] = field(default_factory=Counter)
     gen_tokens: int = 0
     gen_s: float = 0.0
+    gen_prompt_tokens: int = 0  # prompts' tokens, as if each were decoded alone
+    gen_prompt_tokens_computed: int = 0  # those decoded (engine/sampling/rollout.py: a shared preamble once)
     dead_slots_filled: int = 0
     shared: int = 0
     score_s: float = 0.0
@@ -233,7 +235,14 @@ class Node:
         n_local = self.budget - len(r.external)
         self.phases.start(r.number, "generating", n_local * self.cfg.completions)
         r.own = self.rollout(self.stream.draw(n_local))
-        r.gen_tokens, r.gen_s = self.generator.last.tokens, self.generator.last.seconds
+        self._count_generation(r)
+
+    def _count_generation(self, r: RoundWork) -> None:
+        last = self.generator.last
+        r.gen_tokens += last.tokens
+        r.gen_s += last.seconds
+        r.gen_prompt_tokens += last.prompt_tokens
+        r.gen_prompt_tokens_computed += last.prompt_tokens_computed
 
     def _fill_dead_slots(self, r: RoundWork) -> None:
         """Own groups without spread train nothing: refill their slots (``fill_dead_slots``)."""
@@ -247,8 +256,7 @@ class Node:
         if dead:  # alone: one more batch of own draws, a progress phase of its own (the bar never runs back)
             self.phases.start(r.number, "generating", dead * self.cfg.completions)
             extra = self.rollout(self.stream.draw(dead))
-            r.gen_tokens += self.generator.last.tokens
-            r.gen_s += self.generator.last.seconds
+            self._count_generation(r)
             r.own += extra
             r.dead_slots_filled = sum(has_spread(g.rewards) for g in extra)
 
@@ -303,6 +311,8 @@ class Node:
             "gen_tokens": r.gen_tokens,
             "gen_s": round(r.gen_s, 3),
             "gen_tokens_per_s": round(r.gen_tokens / r.gen_s, 1) if r.gen_s > 0 else 0.0,
+            "gen_prompt_tokens": r.gen_prompt_tokens,
+            "gen_prompt_tokens_computed": r.gen_prompt_tokens_computed,
             "dead_slots_filled": r.dead_slots_filled,
             "loss": train.loss,
             "score_s": round(r.score_s, 4),
