@@ -122,8 +122,8 @@ def _models(args: argparse.Namespace) -> int:
 def _download(args: argparse.Namespace) -> int:
     from engine.models.catalog import by_name
     from engine.models.download import ensure_model
-    from engine.run.event_log import EventLog
     from engine.models.prepare import download_progress
+    from engine.run.event_log import EventLog, claim_stdout
     from wire import events as ev
 
     entry = by_name(args.model)
@@ -131,7 +131,7 @@ def _download(args: argparse.Namespace) -> int:
         raise SapoError(f"unknown model {args.model!r} (`sapo-engine models` lists the catalog)")
     events = EventLog()
     if args.events == "-":
-        events.add_jsonl(sys.stdout)
+        events.add_jsonl(claim_stdout())  # events only: whatever else writes to stdout goes to stderr
     try:
         path = ensure_model(entry, progress=download_progress(events, entry.filename) if args.events else True)
     except SapoError as exc:

@@ -4,10 +4,15 @@ Every event is a typed struct from ``wire.events`` (the contract the GUI imports
 written as one JSON object per line with a ``type`` and a wall-clock ``time``. The GUI
 reads them from the engine's stdout, ``--events FILE`` writes them to a file, and the
 terminal shows a human line for each. People read docs/EVENTS.md.
+
+On stdout the channel carries events and nothing else (``claim_stdout``): libraries print
+there too (reasoning-gym's bf task prints "." for every question it makes), and one stray
+byte glued to a JSON line costs the GUI that event.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -16,6 +21,19 @@ from typing import Callable, TextIO
 from wire import events as ev
 
 Listener = Callable[[ev.Event], None]
+
+
+def claim_stdout() -> TextIO:
+    """The process's stdout, for events alone: returns a writer on it, and points file descriptor 1 (and so
+    ``sys.stdout``, ``print`` and any C library's writes) at stderr. Hand-written: two ``os.dup`` calls."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): nothing to guard
+        return sys.stdout
+    sys.stdout.flush()
+    channel = os.fdopen(os.dup(fd), "w", encoding="utf-8", buffering=1)
+    os.dup2(sys.stderr.fileno(), fd)
+    return channel
 
 
 class EventLog:

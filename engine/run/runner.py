@@ -11,8 +11,8 @@ from typing import Any
 
 from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
-from engine.run.event_log import EventLog, terminal_printer
-from engine.models.prepare import check_tasks, prepare_model
+from engine.run.event_log import EventLog, claim_stdout, terminal_printer
+from engine.models.prepare import prepare_model
 from engine.paths import prepare_data_dir
 from engine.sharing.keyfile import load_or_create
 from wire import events as ev
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         events.add(terminal_printer(sys.stderr))
     if args.events == "-":
-        events.add_jsonl(sys.stdout)
+        events.add_jsonl(claim_stdout())  # events only: whatever else writes to stdout goes to stderr
     elif args.events:
         events.add_jsonl(Path(args.events))
 
@@ -54,12 +54,11 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         check_relay_urls(cfg.relay)
         if "wss://" in cfg.relay:
             tls_context(cfg.relay_ca_file)  # a missing or bad CA file: a one-line error now, not at the first round
-    check_tasks(cfg)  # before the model is fetched: a typo should not cost a download
 
     from engine.models.hardware import tune_allocator
 
     tune_allocator()  # before any torch work: keeps a training step's peak RSS ~3x lower on glibc
-    model = prepare_model(cfg, events)
+    model = prepare_model(cfg, events)  # task settings first: a typo should not cost a download
     cfg = model.cfg
 
     from engine.run.node import Node
