@@ -49,12 +49,13 @@ class PowerPolicy:
     def decide(self, reason: str | None, state: str) -> Action:
         if reason is None:
             self.overridden = False
-            if self.auto_paused and state == "paused":
-                self.auto_paused = False
-                return "resume"
-            if state != "paused":
-                self.auto_paused = False
-            return None
+            if not self.auto_paused:
+                return None
+            self.auto_paused = False
+            # Ours to undo: a pause in force, or one sent that the engine has not reached yet (it pauses at
+            # its next pause point, up to a round later; forgetting it left training paused for good).
+            # Not while finishing: the user's finish pauses at the round's end anyway, and a resume would cancel it.
+            return "resume" if state in ("paused", "running") else None
         if state in ("running", "finishing") and not self.auto_paused and not self.overridden:
             self.auto_paused = True
             return "pause"

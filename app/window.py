@@ -204,7 +204,8 @@ class MainWindow(QMainWindow):
         action = self.policy.decide(self._hold, self.engine.state)
         if action == "pause":
             self.engine.pause()
-            self.model.message = f"Paused by your preferences: {self._hold}."
+            # the engine stops at its next pause point: say so until it has (its state event says when)
+            self.model.message = f"Pausing by your preferences at the next pause point: {self._hold}."
         elif action == "resume":
             self.engine.resume()
             self.model.message = "Resumed: your preferences allow running again."

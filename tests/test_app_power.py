@@ -37,6 +37,24 @@ def test_policy_undoes_only_its_own_pauses():
     assert PowerPolicy().decide("in use", "stopped") is None
 
 
+def test_a_rule_that_lets_go_before_the_engine_reached_its_pause_cancels_it():
+    """Issue 26: in use -> pause sent; the engine trains on to its next pause point; the user went idle before
+    then. The policy must not forget its own pause, or the engine pauses for good a moment later."""
+    p = PowerPolicy()
+    assert p.decide("paused while the computer is in use", "running") == "pause"
+    assert p.decide(None, "running") == "resume"  # cancels the pending pause
+    assert p.decide(None, "paused") is None  # (had the pause won the race, this resume ends it too)
+    assert p.decide(None, "running") is None
+    # the battery rule is the same rule
+    b = PowerPolicy()
+    assert b.decide("paused while on battery", "running") == "pause"
+    assert b.decide(None, "running") == "resume"
+    # a user's finish stands: resuming would cancel it, and it pauses at the round's end anyway
+    f = PowerPolicy()
+    assert f.decide("paused while on battery", "finishing") == "pause"
+    assert f.decide(None, "finishing") is None
+
+
 def test_platform_facts_do_not_fail_here():
     assert on_battery() in (None, True, False)
     idle = idle_seconds()
@@ -58,6 +76,11 @@ def test_the_window_pauses_and_resumes_through_the_engine_commands(qtbot, monkey
     window.engine._state = "paused"
     window.apply_power(rules, Facts(idle_s=None, on_battery=False))
     assert sent == ["pause", "resume"]
+    # the rule holds and lets go again while the engine still runs its round: the pause is taken back
+    window.engine._state = "running"
+    window.apply_power(rules, Facts(idle_s=None, on_battery=True))
+    window.apply_power(rules, Facts(idle_s=None, on_battery=False))
+    assert sent == ["pause", "resume", "pause", "resume"]
 
 
 def test_tray_follows_the_state(qtbot):
