@@ -132,7 +132,7 @@ class RolloutGenerator:
         self.rng = np.random.default_rng(seed)
         self.last = RolloutStats()
         self.share_prefixes = share_prefixes  # False: every prompt decoded whole (the reference, for tests)
-        self._prompt_tokens = self._prompt_computed = 0
+        self._prompt_computed = 0  # prompt tokens decoded by this generate call (the tree's saving shows here)
 
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -149,7 +149,7 @@ class RolloutGenerator:
         t0 = time.perf_counter()
         out: list[list[Completion]] = []
         tokens = 0
-        self._prompt_tokens = self._prompt_computed = 0
+        self._prompt_computed = 0
         total = len(prompts) * n
         for chunk in self._pack(prompts, n, params.max_tokens):
             before = len(out) * n
@@ -158,7 +158,7 @@ class RolloutGenerator:
             tokens += sum(len(c.token_ids) for g in groups for c in g)
             out.extend(groups)
         self.last = RolloutStats(tokens, time.perf_counter() - t0, len(prompts) * n,
-                                 self._prompt_tokens, self._prompt_computed)
+                                 sum(len(p) for p in prompts), self._prompt_computed)
         return out
 
     def _pack(self, prompts: Sequence[list[int]], n: int, max_tokens: int) -> list[list[int]]:
@@ -247,7 +247,6 @@ class RolloutGenerator:
             runs = [(q * n, prompts[q][plan[q][1]:], plan[q][1]) for q in here]
             for q, row in zip(here, self.llm.decode_prompts(runs)):
                 logits[q] = row
-        self._prompt_tokens += sum(len(p) for p in prompts)
         self._prompt_computed += sum(len(p) - shared for p, (_, shared, _) in zip(prompts, plan))
         return logits
 
