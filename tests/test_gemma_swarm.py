@@ -23,7 +23,10 @@ pytestmark = pytest.mark.slow
 
 # Both sides share 2 x 4 completions of <= 24 tokens; no external-token-share cap, so that a round
 # whose own answers happen to be short still trains on the peer's groups (the cap is tested elsewhere).
-FLAGS = ["--local", "2", "--external", "2", "--external-token-share", "1"]
+# Uniform selection: every shared group has reward spread, but the default ("useful") also wants a
+# success rate strictly between 0 and 1, and a 270M model's group can have spread from its format
+# reward alone; SmolLM2's two rounds then found nothing eligible (CI, stop 27). Selection has its own tests.
+FLAGS = ["--local", "2", "--external", "2", "--external-token-share", "1", "--external-selection", "uniform"]
 
 
 def _wait(path: Path, proc, ok, what: str, timeout: float = 1200) -> None:
