@@ -17,7 +17,7 @@ from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.lab.experiment import config_overrides, keep_records, read_records
 
-TINY = ["--configs", "swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
+TINY = ["--configs", "alone,swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
         "--completions", "4", "--max-tokens", "24", "--tasks", "basic_arithmetic,chain_sum", "--fewshot", "1",
         "--eval-per-task", "1", "--threads", "1"]
 
@@ -27,7 +27,8 @@ def test_config_names():
              "importance_cap": 0.0, "share_logprobs": False}
     # a base name is the paper's way even though the node's defaults are now useful + fill
     assert NodeConfig().external_selection == "useful" and NodeConfig().fill_dead_slots
-    assert config_overrides("alone", 4, 4) == {"local_groups": 8, "external_groups": 0, **paper}
+    # alone keeps I and J: with no relay its node makes the J groups itself, from a second question stream
+    assert config_overrides("alone", 4, 4) == {"local_groups": 4, "external_groups": 4, **paper}
     assert config_overrides("swarm", 4, 4) == {"local_groups": 4, "external_groups": 4, **paper}
     assert config_overrides("swarm+useful+fill+drop", 2, 6) == {
         **paper, "local_groups": 2, "external_groups": 6, "external_selection": "useful", "fill_dead_slots": True,
@@ -55,7 +56,7 @@ def _env(cache: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(2400)  # two engine starts and five agent-rounds of the real model on a shared machine
-def test_two_agents_share_through_a_real_relay_and_resume_after_a_kill(tmp_path: Path, model_cache: Path):
+def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_after_a_kill(tmp_path: Path, model_cache: Path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "engine", "experiment", "--out", str(out), *TINY]
     records = out / "swarm" / "seed-0" / "records.jsonl"
@@ -100,3 +101,42 @@ def test_two_agents_share_through_a_real_relay_and_resume_after_a_kill(tmp_path:
                          text=True, timeout=300, env=_env(model_cache))
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert "| swarm | 1 x 2 x 2 |" in rep.stdout
+    assert "Paired with alone" in rep.stdout and "| swarm | 2 |" in rep.stdout
+    assert "cost: 8 agent-rounds" in rep.stdout
+    _assert_paired(out)
+
+
+def _assert_paired(ran: Path) -> None:
+    """Same first I own questions per round in alone and swarm; one start evaluation shared by both."""
+    cells = {c: read_records(ran / c / "seed-0" / "records.jsonl") for c in ("alone", "swarm")}
+    alone = {(r["agent"], r["round"]): r["own_questions"] for r in cells["alone"]}
+    swarm = {(r["agent"], r["round"]): r["own_questions"] for r in cells["swarm"]}
+    assert set(alone) == set(swarm) == {(a, n) for a in (0, 1) for n in (1, 2)}
+    for key in alone:
+        assert len(alone[key]) == 4  # I + J own questions: alone makes the J itself
+        assert alone[key][:2] == swarm[key][:2], key  # the same first I, in the same order
+    assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
+    assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
+    for k in ("0", "1"):
+        start = json.loads((ran / "start" / "seed-0" / f"agent-{k}.json").read_text())
+        assert start["round"] == 0
+        for c in ("alone", "swarm"):
+            assert json.loads((ran / c / "seed-0" / "done.json").read_text())["eval_start"][k] == start
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--agents", "0"], "at least one agent"),
+    (["--rounds", "0"], "at least one agent, round"),
+    (["--configs", "alone,swarm+best"], "unknown modifier 'best'"),
+    (["--configs", "together"], "must start with 'alone' or 'swarm'"),
+    (["--seeds", "0,x"], "--seeds must be comma-separated whole numbers"),
+    (["--configs", "alone,alone"], "named once"),
+])
+def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: Path, args, message):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert not out.exists()  # nothing made, nothing loaded

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 from engine.errors import SapoError
-from engine.lab.report import curves, format_table, load_runs, report, table
+from engine.lab.report import (curves, format_paired, format_table, load_runs, paired, paired_interval, report,
+                               t975, table)
 
 
 def _cell(root: Path, config: str, seed: int, rewards: dict[int, list[float]], *, done: bool = True,
@@ -78,3 +80,50 @@ def test_report_writes_plot(run: Path, tmp_path: Path):
 def test_no_records_is_a_clear_error(tmp_path: Path):
     with pytest.raises(SapoError, match="no experiment records"):
         load_runs([tmp_path])
+
+
+def test_paired_interval_by_hand():
+    # differences 1, 2, 3: mean 2, sd 1, se 1/sqrt(3), t(2) = 4.303
+    iv = paired_interval([1.0, 2.0, 3.0])
+    assert iv is not None and iv.n == 3 and iv.mean == pytest.approx(2.0)
+    assert (iv.lo, iv.hi) == pytest.approx((2 - 4.303 / 3 ** 0.5, 2 + 4.303 / 3 ** 0.5))
+    assert paired_interval([]) is None
+    one = paired_interval([0.5])
+    assert one is not None and (one.lo, one.hi, one.n) == (0.5, 0.5, 1)
+    assert t975(1) == 12.706 and t975(11) == 2.228 and t975(35) == 2.042 and t975(500) == 1.960
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def _evals(greedy: float, per_task: dict[str, float]) -> dict:
+    return {"eval_accuracy": greedy, "eval_sampled_accuracy": greedy / 2,
+            "per_task": {t: {"eval_accuracy": v} for t, v in per_task.items()}}
+
+
+def test_paired_against_alone_per_agent_and_per_task(tmp_path: Path):
+    # Two seeds x two agents. Per pair (seed, agent), swarm's total reward minus alone's: +0.2, +0.4, +0.0, +0.2.
+    rewards = {("alone", 0): {0: [0.1, 0.1], 1: [0.2, 0.2]}, ("alone", 1): {0: [0.3, 0.3], 1: [0.1, 0.1]},
+               ("swarm", 0): {0: [0.2, 0.2], 1: [0.4, 0.4]}, ("swarm", 1): {0: [0.3, 0.3], 1: [0.2, 0.2]}}
+    for (config, seed), rs in rewards.items():
+        _cell(tmp_path, config, seed, rs)
+        done = tmp_path / config / f"seed-{seed}" / "done.json"
+        data = json.loads(done.read_text())
+        up = 0.1 if config == "swarm" else 0.0  # swarm ends 0.1 higher on task a, level on task b
+        data["eval"] = {str(a): _evals(0.5 + up / 2, {"a": 0.5 + up, "b": 0.5}) for a in rs}
+        data["eval_start"] = {str(a): _evals(0.4, {"a": 0.4, "b": 0.4}) for a in rs}
+        data["eval_middle"] = {str(a): _evals(0.45 + (a * 0.1 if config == "swarm" else 0.0), {}) for a in rs}
+        done.write_text(json.dumps(data))
+    records, evals = load_runs([tmp_path])
+    (p,) = paired(records, evals)
+    assert p.config == "swarm" and p.pairs == 4
+    assert p.total_diff is not None and p.total_diff.mean == pytest.approx(0.2) and p.total_diff.n == 4
+    sd = statistics.stdev([0.2, 0.4, 0.0, 0.2])
+    assert p.total_diff.hi - p.total_diff.mean == pytest.approx(3.182 * sd / 2)
+    assert p.total_ratio == pytest.approx(2.2 / 1.4)  # alone 0.2 + 0.4 + 0.6 + 0.2, swarm 0.4 + 0.8 + 0.6 + 0.4
+    assert p.greedy_diff is not None and p.greedy_diff.mean == pytest.approx(0.05) and p.greedy_diff.lo == pytest.approx(0.05)
+    assert p.greedy_change is not None and p.greedy_change.mean == pytest.approx(0.15)
+    assert p.middle_greedy_diff is not None and p.middle_greedy_diff.mean == pytest.approx(0.05)
+    assert p.per_task["a"].mean == pytest.approx(0.1) and p.per_task["b"].mean == pytest.approx(0.0)
+    text = format_paired([p])
+    assert "| swarm | 4 | +0.20 [" in text and "| configuration | a | b |" in text
+    assert "cost: 16 agent-rounds, 1.60 h of rounds, 360.0 s per agent-round" in report([tmp_path], tmp_path / "f.png")

@@ -40,6 +40,25 @@ def test_nodes_draw_different_streams_and_restarts_continue():
     assert [q.spec for q in fresh.draw(20)] == [q.spec for q in qa]
 
 
+def test_lanes_are_independent_streams_and_the_main_lane_kept_its_seeds():
+    """An experiment's configurations share the main lane's draws, whatever else each draws from "extra"."""
+    mix = build_mix("easy")
+    held = heldout_set(mix, 8)
+    plain = QuestionStream(mix, "a" * 32, 3, held)
+    main = QuestionStream(mix, "a" * 32, 3, held, lane="main")
+    extra = QuestionStream(mix, "a" * 32, 3, held, lane="extra")
+    first = main.draw(6)
+    assert [q.spec for q in first] == [q.spec for q in plain.draw(6)]  # "main" is the stream there always was
+    side = extra.draw(30)
+    assert {question_key(q) for q in side}.isdisjoint(question_key(q) for q in held)
+    assert [q.spec.seed for q in side[:6]] != [q.spec.seed for q in first]
+    # Interleaving draws from the other lane changes nothing in this one.
+    again = QuestionStream(mix, "a" * 32, 3, held, lane="main")
+    again.draw(2)
+    QuestionStream(mix, "a" * 32, 3, held, lane="extra").draw(5)
+    assert [q.spec for q in again.draw(4)] == [q.spec for q in first[2:]]
+
+
 def test_heldout_is_fixed_and_never_drawn_for_training():
     mix = build_mix("easy", tasks=["basic_arithmetic"])
     held = heldout_set(mix, 32)

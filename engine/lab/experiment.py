@@ -12,12 +12,21 @@ this round (those before it) and of the last (those after it). A configuration i
 choice), plus modifiers joined with ``+``: ``top``, ``useful`` (``external_selection``), ``fill``
 (``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C).
 
+Configurations are paired within a seed: agent k has the same identity, LoRA initialisation and
+held-out set in every configuration, and draws the same first I own questions of every round in
+the same order (alone's other J, and any refill, come from a second question stream:
+``QuestionStream`` lanes), so a difference between configurations is the sharing, not the draw.
+Each agent is evaluated on the held-out set at the start (once per seed and agent: every
+configuration starts from the same weights), after the middle round and at the end.
+
 Layout of ``--out DIR``::
 
     <config>/seed-<s>/meta.json        # what ran: agents, rounds, settings
     <config>/seed-<s>/records.jsonl    # one line per agent per round (and the final held-out eval)
     <config>/seed-<s>/agent-<k>/       # the agent's data dir: identity, checkpoints, adapters
-    <config>/seed-<s>/done.json        # written last: the cell is complete
+    <config>/seed-<s>/evals/agent-<k>-round-<n>.json  # held-out results after round n (the middle one)
+    <config>/seed-<s>/done.json        # written last: the cell is complete, with start, middle and end evals
+    start/seed-<s>/agent-<k>.json      # held-out results before any training, shared by all configurations
 
 A killed run resumes where it stopped when started again with the same ``--out``: every agent
 resumes from its checkpoint (written each round), records after the last checkpoint are dropped,
@@ -41,6 +50,8 @@ from typing import Any
 from engine.config import NodeConfig, build_config, flag_settings
 from engine.errors import SapoError
 
+# Held-out questions per task unless set: 4 easy tasks x 32 = 128, a standard error of ~0.04 per agent.
+EVAL_PER_TASK = 32
 QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill", "seeds": "0",
          "settings": {"local_groups": 2, "external_groups": 2, "completions": 4, "max_tokens": 48,
                       "eval_per_task": 4}}
@@ -59,13 +70,12 @@ MODIFIERS: dict[str, dict[str, Any]] = {
 
 def config_overrides(name: str, local: int, external: int) -> dict[str, Any]:
     """The NodeConfig settings a configuration name stands for (see the module docstring)."""
+    # Alone keeps I and J as set: without a relay a node makes the J groups itself (from its second
+    # question stream), so its first I questions per round are the swarm configurations' I.
     base, *mods = name.split("+")
-    if base == "alone":
-        out: dict[str, Any] = {"local_groups": local + external, "external_groups": 0, **PAPER}
-    elif base == "swarm":
-        out = {"local_groups": local, "external_groups": external, **PAPER}
-    else:
+    if base not in ("alone", "swarm"):
         raise SapoError(f"configuration {name!r} must start with 'alone' or 'swarm'")
+    out: dict[str, Any] = {"local_groups": local, "external_groups": external, **PAPER}
     for mod in mods:
         if mod in MODIFIERS:
             out.update(MODIFIERS[mod])
@@ -76,6 +86,11 @@ def config_overrides(name: str, local: int, external: int) -> dict[str, Any]:
             raise SapoError(f"unknown modifier {mod!r} in configuration {name!r}: "
                             f"use {', '.join(MODIFIERS)} or isC (e.g. is2)")
     return out
+
+
+def shares(name: str) -> bool:
+    """Whether a configuration's agents talk to the relay."""
+    return name.split("+")[0] == "swarm"
 
 
 def agent_identity(k: int) -> Any:
@@ -115,7 +130,7 @@ def keep_records(records: list[dict[str, Any]], rounds_done: dict[int, int]) -> 
 ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "groups", "groups_trained",
               "groups_dropped", "external_groups", "external_candidates", "dead_slots_filled", "external_reward_mean",
               "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
-              "round_s", "loss", "per_task")
+              "round_s", "loss", "per_task", "own_questions")
 
 
 def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -226,12 +241,12 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
                     install(data, agent_identity(k))
                 identity = agent_identity(k)
                 swarm = None
-                if cfg.external_groups > 0:
+                if shares(config) and cfg.external_groups > 0:
                     swarm = SwarmClient(relay.url, f"{_safe(config)}-s{seed}", identity, model.name, None,
                                         on_status=lambda _m: None)
                 node = Node(cfg, model, identity.node_id, EventLog(), data, swarm, backbone=backbone)
                 agents.append(Agent(k, node))
-            _run_cell(cell, config, seed, agents, plan.rounds, progress)
+            _run_cell(cell, config, seed, agents, plan.rounds, progress, plan.out / "start" / f"seed-{seed}")
             for a in agents:
                 a.node.close()
     finally:
@@ -265,7 +280,39 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig)
     os.replace(tmp, old)
 
 
-def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: int, progress: EtaPrinter) -> None:
+EVAL_KEYS = ("eval_accuracy", "eval_sampled_reward", "eval_sampled_accuracy", "eval_questions", "eval_s", "per_task")
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _held_out(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
+    """Agent a's held-out results, kept in ``path``: measured once, read back on a resume."""
+    if path.exists():
+        return json.loads(path.read_text())
+    a.activate()
+    try:
+        e = a.node.evaluate()
+    finally:
+        a.deactivate()
+    out = {k: e[k] for k in EVAL_KEYS} | {"round": a.node.round}
+    _write_json(path, out)
+    print(f"agent {a.index} held-out {what}: greedy {e['eval_accuracy']:.3f}, "
+          f"sampled {e['eval_sampled_accuracy']:.3f}", file=stream, flush=True)
+    return out
+
+
+def middle_round(rounds: int) -> int | None:
+    """The round after which the middle evaluation runs (none for runs too short to have a middle)."""
+    return rounds // 2 if rounds >= 4 else None
+
+
+def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: int, progress: EtaPrinter,
+              start_dir: Path) -> None:
     path = cell / "records.jsonl"
     done = {a.index: a.node.round for a in agents}
     kept = keep_records(read_records(path), done)
@@ -281,11 +328,18 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     os.replace(tmp, path)
     progress.skip(sum(min(rounds, n) for n in done.values()))
+    middle = middle_round(rounds)
+    for a in agents:  # before any training: the same weights in every configuration of this seed
+        if a.node.round == 0:
+            _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream)
     with open(path, "a") as fh:
         for rnd in range(min(done.values()) + 1, rounds + 1):
             for a in agents:
                 if a.node.round >= rnd:
                     continue
+                if middle is not None and a.node.round == middle:  # also after a kill right after that round
+                    _held_out(a, cell / "evals" / f"agent-{a.index}-round-{middle}.json", "in the middle",
+                              progress.stream)
                 a.activate()
                 try:
                     m = a.node.run_round()
@@ -296,20 +350,18 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
                 progress.tick(m["round_s"], f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
                                             f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
                                             f"({m.get('external_groups', 0)} external), {m['round_s']:.0f}s")
-    evals = {}
-    for a in agents:  # held-out accuracy at the end, greedy and sampled
-        a.activate()
-        try:
-            e = a.node.evaluate()
-        finally:
-            a.deactivate()
-        evals[str(a.index)] = {k: e[k] for k in ("eval_accuracy", "eval_sampled_reward", "eval_sampled_accuracy",
-                                                  "eval_questions", "eval_s", "per_task")}
-        print(f"{config} seed {seed} agent {a.index} held-out: greedy {e['eval_accuracy']:.3f}, "
-              f"sampled {e['eval_sampled_accuracy']:.3f}", file=progress.stream, flush=True)
-    tmp = cell / "done.json.tmp"
-    tmp.write_text(json.dumps({"config": config, "seed": seed, "rounds": rounds, "eval": evals}, indent=1))
-    os.replace(tmp, cell / "done.json")
+    evals: dict[str, dict[str, Any]] = {"eval": {}, "eval_start": {}, "eval_middle": {}}
+    for a in agents:
+        k = str(a.index)
+        evals["eval"][k] = _held_out(a, cell / "evals" / f"agent-{a.index}-round-{a.node.round}.json", "at the end",
+                                     progress.stream)
+        start = start_dir / f"agent-{a.index}.json"
+        if start.exists():
+            evals["eval_start"][k] = json.loads(start.read_text())
+        mid = cell / "evals" / f"agent-{a.index}-round-{middle}.json"
+        if middle is not None and mid.exists():
+            evals["eval_middle"][k] = json.loads(mid.read_text())
+    _write_json(cell / "done.json", {"config": config, "seed": seed, "rounds": rounds, **evals})
 
 
 # --- command line -------------------------------------------------------------------------
@@ -328,12 +380,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.out is None:
         raise SapoError("--out DIR is required (the run's records and checkpoints go there)")
-    settings = {"model": "smollm2-135m", "preset": "easy"}
+    settings = {"model": "smollm2-135m", "preset": "easy", "eval_per_task": EVAL_PER_TASK}
     if args.quick:
         settings |= QUICK["settings"]
     settings |= flag_settings(args)
-    agents = args.agents or (QUICK["agents"] if args.quick else 4)
-    rounds = args.rounds or (QUICK["rounds"] if args.quick else 20)
+    agents = args.agents if args.agents is not None else (QUICK["agents"] if args.quick else 4)
+    rounds = args.rounds if args.rounds is not None else (QUICK["rounds"] if args.quick else 20)
     try:
         seeds = [int(s) for s in (args.seeds or (QUICK["seeds"] if args.quick else "0")).split(",") if s.strip()]
     except ValueError:
@@ -341,7 +393,10 @@ def run(args: argparse.Namespace) -> int:
     configs = [c.strip() for c in (args.configs or (QUICK["configs"] if args.quick else DEFAULT_CONFIGS)).split(",")
                if c.strip()]
     if agents < 1 or rounds < 1 or not seeds or not configs:
-        raise SapoError("an experiment needs at least one agent, round, seed and configuration")
+        raise SapoError(f"an experiment needs at least one agent, round, seed and configuration "
+                        f"(got {agents} agents, {rounds} rounds, seeds {seeds}, configurations {configs})")
+    if len(set(configs)) < len(configs) or len(set(seeds)) < len(seeds):
+        raise SapoError("each configuration and seed may be named once")
     for c in configs:
         config_overrides(c, 1, 1)  # a typo is an error now, not after an hour
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,11 +10,18 @@ Per configuration, over its seeds (cells ``<config>/seed-<s>`` of engine/lab/exp
 - reward per round beside reward per hour of compute (the same reward over the agents' round time).
 The plot: per configuration, the moving average of reward per round, mean over agents and seeds,
 with a band from the lowest to the highest agent.
+
+Then the paired comparison (configurations are paired within a seed, engine/lab/experiment.py):
+per configuration against the baseline, the mean over (seed, agent) pairs of the difference in
+total reward and in held-out accuracy at the end, each with a 95 % t interval over those pairs,
+beside the held-out change since the start; per task, the held-out difference to the baseline;
+and what the runs cost (agent-rounds, compute hours of rounds and evaluations).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -44,6 +51,42 @@ class Row:
     eval_greedy: float | None
     eval_sampled: float | None
     complete: bool
+
+
+# Two-sided 95 % quantiles of Student's t by degrees of freedom; between rows the smaller df's
+# (wider) value is used. Written out: scipy would be a large dependency for fifteen numbers.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        raise ValueError("an interval needs at least two pairs")
+    return T975[max(k for k in T975 if k <= df)] if df <= 120 else 1.960
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+    def text(self, digits: int = 3) -> str:
+        if self.n < 2:
+            return f"{self.mean:+.{digits}f} (n={self.n})"
+        return f"{self.mean:+.{digits}f} [{self.lo:+.{digits}f}, {self.hi:+.{digits}f}]"
+
+
+def paired_interval(diffs: list[float]) -> Interval | None:
+    """Mean of paired differences with its 95 % t interval (none for no pairs; no width for one)."""
+    if not diffs:
+        return None
+    m = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return Interval(m, m, m, 1)
+    half = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return Interval(m, m - half, m + half, len(diffs))
 
 
 def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
@@ -122,6 +165,107 @@ def format_table(rows: list[Row]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+Key = tuple[int, int]  # (seed, agent)
+
+
+def agent_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]:
+    """Total reward (sum over rounds of the mean reward on its own samples) per (seed, agent)."""
+    out: dict[Key, float] = defaultdict(float)
+    for r in records:
+        if r["config"] == config:
+            out[(int(r["seed"]), int(r["agent"]))] += r["reward_mean"]
+    return dict(out)
+
+
+def agent_evals(evals: dict[tuple[str, int], dict[str, Any]], config: str, when: str = "eval") -> dict[Key, dict]:
+    """Held-out results per (seed, agent) of finished cells: ``eval`` (end), ``eval_middle``, ``eval_start``."""
+    return {(seed, int(a)): e for (c, seed), data in evals.items() if c == config
+            for a, e in data.get(when, {}).items()}
+
+
+@dataclass(frozen=True)
+class Paired:
+    config: str
+    pairs: int
+    total_diff: Interval | None  # total reward minus the baseline's, per (seed, agent)
+    total_ratio: float | None  # sum over pairs of totals over the baseline's
+    greedy_change: Interval | None  # end minus start, this configuration alone (not paired)
+    greedy_diff: Interval | None  # end minus the baseline's end, per (seed, agent)
+    sampled_diff: Interval | None
+    middle_greedy_diff: Interval | None
+    per_task: dict[str, Interval]  # end greedy minus the baseline's, per task
+
+
+def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]],
+           baseline: str = "alone") -> list[Paired]:
+    """Every configuration against the baseline, pair by pair (same seed, same agent)."""
+    configs = list(dict.fromkeys(r["config"] for r in records))
+    if baseline not in configs:
+        return []
+    base_t = agent_totals(records, baseline)
+    base_e, base_m = agent_evals(evals, baseline), agent_evals(evals, baseline, "eval_middle")
+    out = []
+    for config in configs:
+        if config == baseline:
+            continue
+        tot = agent_totals(records, config)
+        keys = sorted(set(tot) & set(base_t))
+        end, mid, start = agent_evals(evals, config), agent_evals(evals, config, "eval_middle"), \
+            agent_evals(evals, config, "eval_start")
+        ek = sorted(set(end) & set(base_e))
+        mk = sorted(set(mid) & set(base_m))
+        tasks = sorted({t for k in ek for t in end[k].get("per_task", {}) if t in base_e[k].get("per_task", {})})
+        base_sum = sum(base_t[k] for k in keys)
+        out.append(Paired(
+            config=config, pairs=len(keys),
+            total_diff=paired_interval([tot[k] - base_t[k] for k in keys]),
+            total_ratio=sum(tot[k] for k in keys) / base_sum if base_sum else None,
+            greedy_change=paired_interval([end[k]["eval_accuracy"] - start[k]["eval_accuracy"]
+                                           for k in sorted(set(end) & set(start))]),
+            greedy_diff=paired_interval([end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek]),
+            sampled_diff=paired_interval([end[k]["eval_sampled_accuracy"] - base_e[k]["eval_sampled_accuracy"]
+                                          for k in ek]),
+            middle_greedy_diff=paired_interval([mid[k]["eval_accuracy"] - base_m[k]["eval_accuracy"] for k in mk]),
+            per_task={t: iv for t in tasks if (iv := paired_interval(
+                [end[k]["per_task"][t]["eval_accuracy"] - base_e[k]["per_task"][t]["eval_accuracy"]
+                 for k in ek if t in end[k].get("per_task", {}) and t in base_e[k].get("per_task", {})]))},
+        ))
+    return out
+
+
+def _iv(iv: Interval | None, digits: int = 3) -> str:
+    return "-" if iv is None else iv.text(digits)
+
+
+def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
+    if not rows:
+        return ""
+    head = (f"\nPaired with {baseline} (same seed, same agent; mean difference [95 % interval over pairs]):\n\n"
+            f"| configuration | pairs | total reward - {baseline} | ratio | held-out greedy: change since start "
+            f"| greedy - {baseline} (middle) | greedy - {baseline} (end) | sampled - {baseline} (end) |\n"
+            "|---|---|---|---|---|---|---|---|\n")
+    lines = [f"| {p.config} | {p.pairs} | {_iv(p.total_diff, 2)} | {_f(p.total_ratio, 2)}x | {_iv(p.greedy_change)} "
+             f"| {_iv(p.middle_greedy_diff)} | {_iv(p.greedy_diff)} | {_iv(p.sampled_diff)} |" for p in rows]
+    tasks = sorted({t for p in rows for t in p.per_task})
+    text = head + "\n".join(lines) + "\n"
+    if tasks:
+        text += (f"\nHeld-out greedy at the end, per task, minus {baseline}:\n\n| configuration | "
+                 + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n")
+        text += "\n".join(f"| {p.config} | " + " | ".join(_iv(p.per_task.get(t)) for t in tasks) + " |"
+                           for p in rows) + "\n"
+    return text
+
+
+def cost(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """What the runs cost: agent-rounds and compute hours (rounds; held-out evaluations apart)."""
+    round_h = sum(r.get("round_s", 0.0) for r in records) / 3600
+    eval_h = sum(e.get("eval_s", 0.0) for data in evals.values() for when in ("eval", "eval_middle")
+                 for e in data.get(when, {}).values()) / 3600
+    per = f", {round_h * 3600 / len(records):.1f} s per agent-round" if records else ""
+    return (f"\ncost: {len(records)} agent-rounds, {round_h:.2f} h of rounds{per}; "
+            f"{eval_h:.2f} h of held-out evaluation (start evaluations, shared by configurations, not counted)\n")
+
+
 def curves(records: list[dict[str, Any]], window: int = 5) -> dict[str, tuple[list[int], list[float], list[float], list[float]]]:
     """Per configuration: rounds, and the mean, min and max over (seed, agent) of the trailing moving
     average of reward per round."""
@@ -162,7 +306,7 @@ def plot(records: list[dict[str, Any]], path: Path, window: int = 5) -> None:
 
 def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
     records, evals = load_runs(dirs)
-    text = format_table(table(records, evals))
+    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + cost(records, evals)
     out = plot_path or dirs[0] / "reward.png"
     try:
         plot(records, out, window)

@@ -37,6 +37,7 @@ LORA_FILES = ("adapter_model.safetensors", "adapter_config.json")
 class NodeState:
     round: int = 0
     stream: dict[str, Any] = field(default_factory=dict)  # engine.tasks.questions.StreamState as a dict
+    extra_stream: dict[str, Any] = field(default_factory=dict)  # the same, of the "extra" lane
     history: list[dict[str, Any]] = field(default_factory=list)  # one summary per round / eval
     config: dict[str, Any] = field(default_factory=dict)
     model: str = ""

@@ -110,7 +110,8 @@ class Node:
         self.llm, self.policy, self.sandbox = self.backbone.llm, self.backbone.policy, self.backbone.sandbox
         self.heldout = heldout_set(self.mix, cfg.eval_per_task)
         self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
-        self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)
+        self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)  # the first I draws of a round
+        self.extra_stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout, lane="extra")  # any beyond
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
                                      logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
@@ -163,6 +164,7 @@ class Node:
                                f"(set weights to use the same file)")
         self.state.round, self.state.history = state.round, state.history
         self.stream.state = StreamState(**state.stream)
+        self.extra_stream.state = StreamState(**state.extra_stream)
         self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
         self.events.emit(ev.Status(message=f"resumed from {latest.name}", round=self.round,
                                    lora_digest=lora_digest(get_peft_model_state_dict(self.policy))))
@@ -234,7 +236,8 @@ class Node:
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, r.number))
         n_local = self.budget - len(r.external)
         self.phases.start(r.number, "generating", n_local * self.cfg.completions)
-        r.own = self.rollout(self.stream.draw(n_local))
+        main = min(n_local, self.cfg.local_groups)
+        r.own = self.rollout(self.stream.draw(main) + self.extra_stream.draw(n_local - main))
         self._count_generation(r)
 
     def _count_generation(self, r: RoundWork) -> None:
@@ -255,7 +258,7 @@ class Node:
             return
         if dead:  # alone: one more batch of own draws, a progress phase of its own (the bar never runs back)
             self.phases.start(r.number, "generating", dead * self.cfg.completions)
-            extra = self.rollout(self.stream.draw(dead))
+            extra = self.rollout(self.extra_stream.draw(dead))
             self._count_generation(r)
             r.own += extra
             r.dead_slots_filled = sum(has_spread(g.rewards) for g in extra)
@@ -290,6 +293,7 @@ class Node:
         assert r.train is not None
         self.state.round = r.number
         self.state.stream = dataclasses.asdict(self.stream.state)
+        self.state.extra_stream = dataclasses.asdict(self.extra_stream.state)
         self.state.history.append({"type": "round", "round": r.number,
                                    **{k: round(v, 4) for k, v in summarize(r.own).items()},
                                    "loss": round(r.train.loss, 6)})
@@ -328,6 +332,8 @@ class Node:
             "clip_high_frac": round(train.clip_high_frac, 4),
             "grad_norm": round(train.grad_norm, 4),
             "per_task": _per_task(r.own),
+            # In draw order: shows that paired experiment configurations trained on the same questions.
+            "own_questions": [question_key(g.question) for g in r.own],
             **self._swarm_metrics(r),
         }
         if r.eval_s:

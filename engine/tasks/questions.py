@@ -292,24 +292,32 @@ class StreamState:
 
 
 class QuestionStream:
-    """A node's own, never-repeating stream of training questions."""
+    """A node's own, never-repeating stream of training questions.
+
+    ``lane`` names an independent stream of the same node and seed: the node draws its first I
+    questions of a round from lane "main" and any beyond (the J a node alone makes instead of
+    receiving, refills of dead slots) from lane "extra", so that within a seed every configuration
+    of an experiment trains on the same own questions in the same order (engine/lab/experiment.py).
+    """
 
     def __init__(self, mix: tuple[TaskEntry, ...], node_id: str, seed: int, heldout: list[Question],
-                 state: StreamState | None = None) -> None:
+                 state: StreamState | None = None, lane: str = "main") -> None:
         self.mix = mix
         self.node_id = node_id
         self.seed = seed
         self.state = state or StreamState()
         self._excluded = {question_key(q) for q in heldout}
+        # The main lane keeps the seeds it always had: checkpoints from before lanes draw on unchanged.
+        self._lane: tuple[str, ...] = () if lane == "main" else (lane,)
 
     def _task_seed(self, entry: TaskEntry) -> int:
-        return derive_seed("train", self.node_id, self.seed, entry.dataset, _config_key(entry.config))
+        return derive_seed("train", self.node_id, self.seed, *self._lane, entry.dataset, _config_key(entry.config))
 
     def draw(self, n: int) -> list[Question]:
         """Draw n questions, tasks chosen by weight with replacement (as in the paper)."""
         out = []
         for _ in range(n):
-            rng = random.Random(derive_seed("pick", self.node_id, self.seed, self.state.draws))
+            rng = random.Random(derive_seed("pick", self.node_id, self.seed, *self._lane, self.state.draws))
             entry = rng.choices(self.mix, weights=[e.weight for e in self.mix])[0]
             self.state.draws += 1
             out.append(self._next_of(entry))
