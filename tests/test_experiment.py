@@ -19,7 +19,7 @@ from engine.lab.experiment import config_overrides, keep_records, read_records
 
 TINY = ["--configs", "alone,swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
         "--completions", "4", "--max-tokens", "24", "--tasks", "basic_arithmetic,chain_sum", "--fewshot", "1",
-        "--eval-per-task", "1", "--threads", "1"]
+        "--eval-per-task", "1", "--threads", "1", "--workers", "2"]
 
 
 def test_config_names():
@@ -131,6 +131,7 @@ def _assert_paired(ran: Path) -> None:
     (["--configs", "together"], "must start with 'alone' or 'swarm'"),
     (["--seeds", "0,x"], "--seeds must be comma-separated whole numbers"),
     (["--configs", "alone,alone"], "named once"),
+    (["--workers", "0"], "--workers must be >= 1"),
 ])
 def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: Path, args, message):
     out = tmp_path / "run"
@@ -140,3 +141,16 @@ def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: P
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()  # nothing made, nothing loaded
+
+
+def test_cells_are_dealt_to_workers_seed_major():
+    from engine.lab.experiment import Plan, split
+
+    plan = Plan(Path("/x"), ["alone", "swarm", "swarm+useful"], [0, 1], 4, 10, {})
+    assert plan.all_cells() == [("alone", 0), ("swarm", 0), ("swarm+useful", 0),
+                                ("alone", 1), ("swarm", 1), ("swarm+useful", 1)]
+    two = split(plan, 2)
+    assert [p.cells for p in two] == [[("alone", 0), ("swarm+useful", 0), ("swarm", 1)],
+                                      [("swarm", 0), ("alone", 1), ("swarm+useful", 1)]]
+    assert [p.worker for p in two] == [0, 1]
+    assert len(split(plan, 99)) == 6 and len(split(plan, 1)) == 1  # never more workers than cells

@@ -21,12 +21,18 @@ configuration starts from the same weights), after the middle round and at the e
 
 Layout of ``--out DIR``::
 
+    relay/worker-<w>/                  # each worker's relay: its log and stats
     <config>/seed-<s>/meta.json        # what ran: agents, rounds, settings
     <config>/seed-<s>/records.jsonl    # one line per agent per round (and the final held-out eval)
     <config>/seed-<s>/agent-<k>/       # the agent's data dir: identity, checkpoints, adapters
     <config>/seed-<s>/evals/agent-<k>-round-<n>.json  # held-out results after round n (the middle one)
     <config>/seed-<s>/done.json        # written last: the cell is complete, with start, middle and end evals
     start/seed-<s>/agent-<k>.json      # held-out results before any training, shared by all configurations
+
+Cells (a configuration and a seed) are independent, so ``--workers K`` runs K of them at a time,
+each in its own process with its own backbone and relay (by default one per physical core, each
+agent on one thread: on a small machine that is more agent-rounds per hour than one process on
+every core, docs/BENCHMARKS.md). A seed's start evaluation is made once, under a file lock.
 
 A killed run resumes where it stopped when started again with the same ``--out``: every agent
 resumes from its checkpoint (written each round), records after the last checkpoint are dropped,
@@ -39,8 +45,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -130,7 +138,8 @@ def keep_records(records: list[dict[str, Any]], rounds_done: dict[int, int]) -> 
 ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "groups", "groups_trained",
               "groups_dropped", "external_groups", "external_candidates", "dead_slots_filled", "external_reward_mean",
               "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
-              "round_s", "loss", "per_task", "own_questions")
+              "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
+              "gen_prompt_tokens_computed", "train_prompt_tokens", "train_completion_tokens")
 
 
 def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -176,6 +185,81 @@ class Plan:
     agents: int
     rounds: int
     settings: dict[str, Any]  # NodeConfig settings common to every configuration
+    cells: list[tuple[str, int]] | None = None  # the (configuration, seed) cells this process runs; None: all
+    worker: int = 0  # which of the parallel workers runs it (each has its own relay)
+
+    def all_cells(self) -> list[tuple[str, int]]:
+        # Seed-major: a run stopped part-way has every configuration for the seeds it finished, so it compares.
+        return [(c, s) for s in self.seeds for c in self.configs]
+
+
+def split(plan: Plan, workers: int) -> list[Plan]:
+    """The plan's cells dealt round-robin to ``workers`` plans (fewer if there are fewer cells)."""
+    cells = plan.all_cells()
+    n = max(1, min(workers, len(cells)))
+    return [dataclasses.replace(plan, cells=cells[w::n], worker=w) for w in range(n)]
+
+
+def default_workers(cells: int, threads: int | None) -> int:
+    """One worker per physical core's worth of threads, at most one per cell, and ~3 GB of free memory each."""
+    import psutil
+
+    from engine.paths import default_threads
+
+    by_cpu = default_threads() // (threads or 1)
+    by_memory = int(psutil.virtual_memory().available // (3 << 30))
+    return max(1, min(cells, by_cpu, by_memory))
+
+
+def run_workers(plans: list[Plan], stream: Any = sys.stderr) -> None:
+    """Each plan in its own process (spawned: a fresh interpreter, its own torch and llama.cpp)."""
+    if len(plans) == 1:
+        run_plan(plans[0], stream)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(p, w, os.getpid()), name=f"experiment-worker-{w}") for w, p in enumerate(plans)]
+    for proc in procs:
+        proc.start()
+    try:
+        for proc in procs:
+            proc.join()
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(10)
+    failed = [p.name for p in procs if p.exitcode != 0]
+    if failed:
+        raise SapoError(f"{', '.join(failed)} stopped with an error (see above); run again with the same --out "
+                        f"to resume")
+
+
+def _worker(plan: Plan, index: int, parent: int) -> None:
+    if sys.platform == "linux":  # a killed experiment leaves no worker behind (nor, through it, a relay)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before that took effect
+        raise SystemExit(1)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        run_plan(plan, _Prefixed(sys.stderr, f"[worker {index}] "))
+    except SapoError as e:
+        print(f"[worker {index}] error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+class _Prefixed:
+    """A text stream that starts each line with a worker's name."""
+
+    def __init__(self, stream: Any, prefix: str) -> None:
+        self.stream, self.prefix = stream, prefix
+
+    def write(self, text: str) -> int:
+        return self.stream.write("".join(self.prefix + line for line in text.splitlines(keepends=True)))
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 class EtaPrinter:
@@ -216,14 +300,13 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
     tune_allocator()
     base_cfg = build_config({}, plan.settings)
     local, external = base_cfg.local_groups, base_cfg.external_groups
-    # Seed-major: a run stopped part-way has every configuration for the seeds it finished, so it compares.
-    cells = [(c, s, config_overrides(c, local, external)) for s in plan.seeds for c in plan.configs]
+    cells = [(c, s, config_overrides(c, local, external)) for c, s in (plan.cells or plan.all_cells())]
     model = prepare_model(base_cfg, fallback="smollm2-135m")
     base_cfg = model.cfg
     # One backbone for every agent, built as a single node's is; each agent's LoRA is swapped in (Agent).
     backbone = Backbone.load(model, base_cfg, base_cfg.threads or 1)
     progress = EtaPrinter(len(cells) * plan.agents * plan.rounds, stream)
-    relay = RelayChild(plan.out / "relay")
+    relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
         for config, seed, overrides in cells:
             cell = plan.out / _safe(config) / f"seed-{seed}"
@@ -291,9 +374,20 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _held_out(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
-    """Agent a's held-out results, kept in ``path``: measured once, read back on a resume."""
-    if path.exists():
-        return json.loads(path.read_text())
+    """Agent a's held-out results, kept in ``path``: measured once, read back on a resume. Locked,
+    because the cells of one seed, in parallel workers, share their start evaluations."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        if sys.platform != "win32":  # on Windows two workers may both measure it: the same result, twice the time
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return json.loads(path.read_text())
+        return _evaluate(a, path, what, stream)
+
+
+def _evaluate(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
     a.activate()
     try:
         e = a.node.evaluate()
@@ -373,6 +467,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
     p.add_argument("--configs", help=f"comma-separated configurations (default {DEFAULT_CONFIGS}); "
                                      "alone|swarm, plus +top, +useful, +fill, +drop, +topr, +isC")
+    p.add_argument("--workers", type=int,
+                   help="cells run at a time, each in its own process (default: one per physical core's worth of "
+                        "--threads, which defaults to 1 here; at most one per cell)")
     p.add_argument("--quick", action="store_true",
                    help="a few minutes: 2 agents, 5 rounds, alone vs swarm (I = J = 2), short answers")
 
@@ -399,7 +496,13 @@ def run(args: argparse.Namespace) -> int:
         raise SapoError("each configuration and seed may be named once")
     for c in configs:
         config_overrides(c, 1, 1)  # a typo is an error now, not after an hour
+    if args.workers is not None and args.workers < 1:
+        raise SapoError(f"--workers must be >= 1, got {args.workers}")
+    # One thread per agent unless asked: parallel cells use a small machine's cores better than threads do.
+    settings.setdefault("threads", 1)
+    plan = Plan(args.out, configs, seeds, agents, rounds, settings)
+    workers = args.workers or default_workers(len(plan.all_cells()), settings["threads"])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    run_plan(Plan(args.out, configs, seeds, agents, rounds, settings))
+    run_workers(split(plan, workers))
     print(f"done: sapo-engine experiment report {args.out}", file=sys.stderr)
     return 0

@@ -10,6 +10,9 @@ per micro-batch of G groups:
      completions): attention sees the row's prompt keys/values followed by the row's own
      tokens, each completion only its own earlier tokens (a block-diagonal causal mask), with
      position ids restarting after the prompt for every completion.
+When the micro-batch's prompts begin alike (a task's system prompt and worked examples, often 85 %
+of a prompt), that common beginning runs once before step 1, as one row; step 1 then runs only
+each prompt's own rest, attending to the common keys/values, and step 2 sees both (issue 22).
 Packing matters as much as sharing: one completion that ran to the length limit (96 tokens)
 beside seven of ~20 made a padded batch 4-5x larger than its real tokens.
 The gradient of every completion's loss flows back through the recorded keys/values into the
@@ -35,14 +38,16 @@ class PrefixCache:
 
     Recording (``source`` None): ``update`` stores k, v and returns them unchanged.
     Serving: ``update`` returns (prefix ++ k, prefix ++ v) along the sequence axis, row for
-    row (row g of the completions is group g), storing nothing. Neither mode changes what a
-    repeated call returns, which is what a recomputing backward needs.
+    row (row g of the completions is group g; a one-row prefix serves every row), storing
+    nothing, or with ``keep`` storing what it returned (first call wins), to serve a next pass.
+    No mode changes what a repeated call returns, which is what a recomputing backward needs.
     """
 
-    def __init__(self, source: "PrefixCache | None" = None) -> None:
+    def __init__(self, source: "PrefixCache | None" = None, keep: bool = False) -> None:
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
         self.source = source
+        self.keep = keep
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: object,
                **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,30 +55,61 @@ class PrefixCache:
             self.keys.setdefault(layer_idx, key)
             self.values.setdefault(layer_idx, value)
             return key, value
-        pk, pv = self.source.keys[layer_idx], self.source.values[layer_idx]  # (G, kv_heads, P, d)
-        return torch.cat([pk, key], dim=2), torch.cat([pv, value], dim=2)
+        pk, pv = self.source.keys[layer_idx], self.source.values[layer_idx]  # (G or 1, kv_heads, P, d)
+        if pk.shape[0] != key.shape[0]:  # the common beginning, one row for all
+            pk, pv = pk.expand(key.shape[0], -1, -1, -1), pv.expand(key.shape[0], -1, -1, -1)
+        k, v = torch.cat([pk, key], dim=2), torch.cat([pv, value], dim=2)
+        if self.keep:
+            return self.keys.setdefault(layer_idx, k), self.values.setdefault(layer_idx, v)
+        return k, v
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # asked only when position ids are missing
         return 0
+
+
+# A common beginning shorter than this runs with each prompt: a pass of its own would cost more than it saves.
+MIN_SHARED = 8
+
+
+def shared_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many first tokens all prompts share and run once: at least one token of each prompt is left
+    for its own pass (its last position predicts the completions' first tokens); 0 for one prompt."""
+    if len(prompts) < 2:
+        return 0
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts):
+            n = i
+            break
+    return n if n >= MIN_SHARED else 0
 
 
 @dataclass(frozen=True)
 class GroupBatch:
     """Tensors for one micro-batch of G groups and their B non-empty completions, packed per group."""
 
-    prompt_ids: torch.Tensor  # (G, P) right-padded
-    prompt_lens: torch.Tensor  # (G,)
+    shared_ids: torch.Tensor  # (C,) the first tokens every prompt shares, run once (C may be 0)
+    prompt_ids: torch.Tensor  # (G, P) the rest of each prompt, right-padded
+    prompt_lens: torch.Tensor  # (G,) lengths of those rests
     completion_ids: torch.Tensor  # (G, S): row g is group g's completions end to end, right-padded
     positions: torch.Tensor  # (G, S) each completion token's position: its prompt's length + its index
     segments: torch.Tensor  # (G, S) which completion (0..B-1) a token belongs to; -1 for padding
     targets: torch.Tensor  # (N,) every completion token, packed in completion order
-    # Where each target's predicting hidden state lives in cat(prompt hidden (G*P), completion hidden (G*S)).
+    # Where each target's predicting hidden state lives in
+    # cat(shared hidden (C), prompt hidden (G*P), completion hidden (G*S)).
     source: torch.Tensor  # (N,)
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        return len(self.shared_ids) + int(self.prompt_lens.sum())
 
 
 def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rows: Sequence[int],
                pad_id: int = 0) -> GroupBatch:
     """Pure tensor layout; ``rows[b]`` is completion b's prompt. Every prompt and completion must be non-empty."""
+    C = shared_length(prompts)
+    shared, full = list(prompts[0][:C]), prompts
+    prompts = [p[C:] for p in prompts]
     G = len(prompts)
     P = max(len(p) for p in prompts)
     fill = [0] * G  # tokens placed in each group's row so far
@@ -92,13 +128,15 @@ def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
     for b, (c, g, o) in enumerate(zip(completions, rows, offsets)):
         n, p = len(c), len(prompts[g])
         completion_ids[g, o:o + n] = torch.tensor(c)
-        positions[g, o:o + n] = torch.arange(p, p + n)
+        positions[g, o:o + n] = torch.arange(C + p, C + p + n)
         segments[g, o:o + n] = b
         # Token 0 is predicted by the prompt's last position; token j > 0 by the completion's position j - 1.
-        source.append(g * P + p - 1)
-        source += range(G * P + g * S + o, G * P + g * S + o + n - 1)
-    return GroupBatch(prompt_ids, torch.tensor([len(p) for p in prompts]), completion_ids, positions, segments,
-                      torch.tensor([t for c in completions for t in c]), torch.tensor(source))
+        source.append(C + g * P + p - 1)
+        source += range(C + G * P + g * S + o, C + G * P + g * S + o + n - 1)
+    assert all(list(f) == shared + list(p) for f, p in zip(full, prompts))
+    return GroupBatch(torch.tensor(shared, dtype=torch.long), prompt_ids, torch.tensor([len(p) for p in prompts]),
+                      completion_ids, positions, segments, torch.tensor([t for c in completions for t in c]),
+                      torch.tensor(source))
 
 
 def _mask(allowed: torch.Tensor, config: object, dtype: torch.dtype) -> torch.Tensor:
@@ -157,22 +195,38 @@ def _cache_kwarg(decoder: torch.nn.Module) -> str:
 
 
 def hidden_for_targets(decoder: torch.nn.Module, batch: GroupBatch) -> torch.Tensor:
-    """Final hidden states (N, H) that predict ``batch.targets``, prompts run once per group."""
+    """Final hidden states (N, H) that predict ``batch.targets``, prompts run once per group and
+    their common beginning once per micro-batch."""
     config = decoder.config
     weight = decoder.get_input_embeddings().weight
     dtype, dev = weight.dtype, weight.device
     G, P = batch.prompt_ids.shape
+    C = len(batch.shared_ids)
     name = _cache_kwarg(decoder)
-    record = PrefixCache()
-    p_pos = torch.arange(P)[None].expand(G, P)
+    hidden: list[torch.Tensor] = []
+    source = None
+    if C:  # 0. the common beginning, one causal row
+        source = PrefixCache()
+        c_pos = torch.arange(C)[None]
+        hs = decoder(input_ids=batch.shared_ids[None].to(dev),
+                     attention_mask=_masks(prompt_mask(torch.tensor([C]), C), c_pos, c_pos, config, dtype, dev),
+                     position_ids=c_pos.to(dev), use_cache=False, **{name: source}).last_hidden_state  # (1, C, H)
+        hidden.append(hs.reshape(C, -1))
+    # 1. each prompt's rest, after the common beginning (positions C..): what it sees is kept for step 2
+    record = PrefixCache(source, keep=True) if source is not None else PrefixCache()
+    p_pos = (C + torch.arange(P))[None].expand(G, P)
+    seen = torch.cat([torch.ones(G, 1, P, C, dtype=torch.bool), prompt_mask(batch.prompt_lens, P)], dim=3)
+    p_keys = torch.arange(C + P)[None].expand(G, C + P)
     hp = decoder(input_ids=batch.prompt_ids.to(dev),
-                 attention_mask=_masks(prompt_mask(batch.prompt_lens, P), p_pos, p_pos, config, dtype, dev),
+                 attention_mask=_masks(seen, p_pos, p_keys, config, dtype, dev),
                  position_ids=p_pos.to(dev), use_cache=False, **{name: record}).last_hidden_state  # (G, P, H)
-    keys = torch.cat([p_pos, batch.positions], dim=1)  # (G, P + S): true positions, for sliding windows
+    hidden.append(hp.reshape(G * P, -1))
+    # 2. the completions, after all of their prompt's keys/values
+    keys = torch.cat([p_keys, batch.positions], dim=1)  # (G, C + P + S): true positions, for sliding windows
     hc = decoder(input_ids=batch.completion_ids.to(dev),
-                 attention_mask=_masks(completion_mask(batch.prompt_lens, batch.segments, P), batch.positions, keys,
-                                       config, dtype, dev),
+                 attention_mask=_masks(completion_mask(C + batch.prompt_lens, batch.segments, C + P), batch.positions,
+                                       keys, config, dtype, dev),
                  position_ids=batch.positions.to(dev), use_cache=False,
                  **{name: PrefixCache(record)}).last_hidden_state  # (G, S, H)
-    flat = torch.cat([hp.reshape(G * P, -1), hc.reshape(-1, hc.shape[-1])])
-    return flat.index_select(0, batch.source.to(dev))
+    hidden.append(hc.reshape(-1, hc.shape[-1]))
+    return torch.cat(hidden).index_select(0, batch.source.to(dev))

@@ -36,7 +36,7 @@ from engine.models.accel import MAX_AUTO_BUDGET
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.grpo import clipped_token_loss
 from engine.learning.offpolicy import token_weights
-from engine.learning.packing import hidden_for_targets, make_batch
+from engine.learning.packing import hidden_for_targets, make_batch, shared_length
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes
 
 # peft still asks for transformers' old checkpointing property names; nothing for a user to act on.
@@ -194,7 +194,9 @@ def _slice(g: TrainGroup, a: int, b: int) -> TrainGroup:
 
 
 def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
-    """Groups without empty completions (they carry no tokens), without empty groups, shortest first."""
+    """Groups without empty completions (they carry no tokens), without empty groups, in prompt order:
+    groups whose prompts begin alike (one task's preamble) land in the same micro-batch, which runs
+    that beginning once (engine.learning.packing)."""
     out = []
     for g in groups:
         behavior = g.behavior or [None] * len(g.completions)
@@ -202,7 +204,7 @@ def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
         if kept and g.prompt_ids:
             out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
                                   [b for _, _, b in kept] if g.behavior is not None else None, g.external))
-    return sorted(out, key=lambda g: (len(g.prompt_ids), max(len(c) for c in g.completions)))
+    return sorted(out, key=lambda g: (g.prompt_ids, max(len(c) for c in g.completions)))
 
 
 class Trainer:
@@ -231,9 +233,11 @@ class Trainer:
     def _shape(self, batch: list[Unit]) -> BatchShape:
         if self.cfg.shared_prefix:
             groups = [u for u in batch if isinstance(u, TrainGroup)]
-            P = max(len(g.prompt_ids) for g in groups)
+            C = shared_length([g.prompt_ids for g in groups])  # run once, as one row
+            P = max(len(g.prompt_ids) for g in groups) - C
             S = max(sum(len(c) for c in g.completions) for g in groups)  # a group's completions, packed
-            return BatchShape(len(groups) * (P + S), len(groups) * (P + P + S))
+            G = len(groups)
+            return BatchShape(C + G * (P + S), C + G * (C + P + C + P + S))
         seqs = [u for u in batch if isinstance(u, TrainSequence)]
         T = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
         return BatchShape(len(seqs) * T, len(seqs) * T)
@@ -254,6 +258,12 @@ class Trainer:
         lp = target_logprobs(self.head_weight, hidden, targets.to(self.device))
         lens = torch.tensor([len(c) for c in comps])
         return lp, torch.repeat_interleave(torch.tensor(adv, dtype=torch.float32), lens).to(self.device)
+
+    def _prompt_tokens(self, batch: list[Unit]) -> int:
+        """Prompt tokens a micro-batch computes: once per group part, a common beginning once."""
+        prompts = [u.prompt_ids for u in batch]
+        return sum(map(len, prompts)) - (len(prompts) - 1) * shared_length(prompts) if self.cfg.shared_prefix \
+            else sum(map(len, prompts))
 
     def _sequence_hidden(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each sequence whole (prompt + completion): hidden states predicting its completion tokens."""
@@ -351,7 +361,7 @@ class Trainer:
         batches = self._batches(groups)
         total_tokens = sum(len(c) for g in groups for c in g.completions)
         n_seqs = sum(len(g.completions) for g in groups)
-        prompt_tokens = sum(len(u.prompt_ids) for batch in batches for u in batch)  # as run: once per group part
+        prompt_tokens = sum(self._prompt_tokens(batch) for batch in batches)  # as computed
         old = self._logprobs(batches) if self.cfg.iterations > 1 else None
         checkpointed = act_bytes = 0
         for _ in range(self.cfg.iterations):
