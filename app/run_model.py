@@ -117,6 +117,8 @@ class RunModel:
                 self._round(event)
             case ev.Eval():
                 self.evals.append((event.round, event.eval_accuracy, event.eval_sampled_reward))
+            case ev.History():
+                self._history(event)
             case ev.Swarm():
                 self.peers = event.peers_online
                 self.leaderboard = list(event.leaderboard)
@@ -124,7 +126,19 @@ class RunModel:
                 if event.you is not None:
                     self.shared_total, self.adopted_total = event.you.groups_shared, event.you.groups_adopted
 
-    def _round(self, r: ev.Round) -> None:
+    def _history(self, h: ev.History) -> None:
+        """The rounds before this start: charts, answers and totals rebuilt; the swarm's live state untouched."""
+        self.rounds, self.evals = [], []
+        self.feed.clear()
+        self.rejected_reasons = Counter()
+        self.shared_total = self.adopted_total = 0
+        for item in h.events:
+            if isinstance(item, ev.Round):
+                self._round(item, live=False)
+            else:
+                self.evals.append((item.round, item.eval_accuracy, item.eval_sampled_reward))
+
+    def _round(self, r: ev.Round, live: bool = True) -> None:
         evaluate = r.eval_s or 0.0
         swap = r.swap_ms / 1000
         known = r.gen_s + r.score_s + r.train_s + swap + evaluate
@@ -134,10 +148,11 @@ class RunModel:
             other_s=max(0.0, r.round_s - known), round_s=r.round_s,
             own=r.groups, external=r.external_groups, dropped=r.groups_dropped, rejected=r.rejected_groups,
         ))
-        self.phase = None
-        self.relay_connected = r.relay_connected
-        if r.relay_connected is not None:
-            self.peers = r.peers
+        if live:  # a past round's connection and peers are stale: only the present's count
+            self.phase = None
+            self.relay_connected = r.relay_connected
+            if r.relay_connected is not None:
+                self.peers = r.peers
         self.rejected_reasons.update(r.rejected_reasons)
         if r.shared_total is not None:
             self.shared_total = r.shared_total

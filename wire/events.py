@@ -212,9 +212,19 @@ class Swarm(Event, tag="swarm", frozen=True):
     rank: int | None = None  # this node's place on the leaderboard, 1-based; None when not on it
 
 
-AnyEvent = Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
+class History(Event, tag="history", frozen=True):
+    """Right after ``start``: the rounds and evaluations this node made before, from its data dir
+    (``events.jsonl``, engine/run/history.py), up to the round it resumed from, oldest first. A
+    restarted app rebuilds its charts, answers and cards from it. Bounded: the last rounds only,
+    their ``rollouts`` only in the newest few."""
+
+    events: list[Round | Eval] = []
+
+
+AnyEvent = (Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
+            | History)
 EVENT_TYPES: tuple[type[Event], ...] = (Start, StateChanged, PhaseProgress, Download, Status, Warning, ErrorEvent,
-                                        Stop, Round, Eval, Swarm)
+                                        Stop, Round, Eval, Swarm, History)
 
 
 # --- commands into a node --------------------------------------------------------------
