@@ -280,11 +280,7 @@ class Dashboard(QWidget):
             self.card_test.set(f"{100 * acc:.0f} %", f"practice test (round {rnd}; {100 * first:.0f} % at the start)")
         else:
             self.card_test.set("–", "practice test")
-        if m.relay_connected is None and not m.leaderboard:
-            self.card_swarm.set("alone", "training alone (no swarm)")
-        else:
-            self.card_swarm.set(str(m.peers), "volunteers online" + ("" if m.relay_connected is not False
-                                                                      else " (swarm unreachable)"))
+        self.card_swarm.set(*m.swarm_card())
         place = f", place {m.rank}" if m.rank else ""
         self.card_you.set(f"{m.shared_total} / {m.adopted_total}", f"shared / used by others{place}")
 

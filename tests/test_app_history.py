@@ -23,13 +23,13 @@ def _start_event(round_start: int) -> ev.Start:
                     round_start=round_start, round_end=None, threads=2, settings={"local_groups": 4})
 
 
-def _round(n: int, reward: float = 0.5) -> ev.Round:
+def _round(n: int, reward: float = 0.5, **kw) -> ev.Round:
     sample = ev.RolloutSample(task="basic_arithmetic", question=f"What is {n}+{n}?", answer=str(2 * n), reward=1.0,
                               correct=True, source="own")
     return ev.Round(round=n, reward_mean=reward, accuracy=0.25, format_rate=1.0, task_score=0.25, groups=4,
                     gen_tokens=100, gen_s=2.0, gen_tokens_per_s=50.0, loss=0.1, train_s=5.0, swap_ms=100.0,
                     checkpoint_ms=10.0, groups_trained=3, groups_dropped=1, tokens_trained=100, clip_low_frac=0.0,
-                    clip_high_frac=0.0, grad_norm=1.0, round_s=8.0, rollouts=[sample])
+                    clip_high_frac=0.0, grad_norm=1.0, round_s=8.0, rollouts=[sample], **kw)
 
 
 def _eval(n: int, accuracy: float) -> ev.Eval:

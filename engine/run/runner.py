@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         from engine.sharing.swarm_client import SwarmClient
 
         swarm = SwarmClient(cfg.relay, cfg.swarm, loaded.identity, model.name, cfg.token, on_status=events.status,
-                            ca_file=cfg.relay_ca_file)
+                            ca_file=cfg.relay_ca_file, on_link=events.emit)
     elif not cfg.offline:
         events.status("no relay given (--relay ws://host:port): training alone")
     node = Node(cfg, model, node_id, events, data_dir, swarm)
