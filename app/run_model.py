@@ -209,6 +209,11 @@ class RunModel:
             return "offline", f"relay unreachable: {link.reason}; {next_try(link.retry_at, now)}"
         return str(self.peers), f"{volunteers(self.peers)} online"
 
+    def swarm_line(self, now: float | None = None) -> str:
+        """The swarm card in one line, for the tray: "2 volunteers online", "not connected (stopped)"."""
+        value, caption = self.swarm_card(now)
+        return f"{value} {caption}" if value.isdigit() else caption
+
     def phase_text(self) -> tuple[str, int, int]:
         """What the progress bar says, and its done / total (0/0: busy, no known end)."""
         if self.download is not None:

@@ -245,7 +245,7 @@ class MainWindow(QMainWindow):
 
     def refresh(self) -> None:
         self.dashboard.refresh(self.model)
-        self.tray.update(self.model.headline(), self.model.state)
+        self.tray.update(self.model.headline(), self.model.state, self.model.swarm_line())
         link = self.model.link
         if link is not None and link.state == "unreachable" and self.engine.running:
             self._countdown.start()

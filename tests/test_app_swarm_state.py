@@ -46,8 +46,10 @@ def test_connected_says_one_count_in_one_wording_and_stop_says_not_connected(qtb
                 ev.Relay(state="connected", url=RELAY, peers=1)])
     assert (d.card_swarm.value.text(), d.card_swarm.caption.text()) == ("1", "volunteer online")
     assert "peers" not in d.message.text() and "relay" not in d.message.text()  # the card says it, once
+    assert window.tray.icon.toolTip().endswith("\n1 volunteer online")  # the tray: the same words
     stop(qtbot, window)
     assert (d.card_swarm.value.text(), d.card_swarm.caption.text()) == ("–", "not connected (stopped)")
+    assert window.tray.icon.toolTip().endswith("\nnot connected (stopped)")
     assert "connected" not in d.message.text()
 
 
