@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_app_history import _round, run_script, stop
 
 from app.replay import read_events
 from app.run_model import RunModel
@@ -16,8 +17,6 @@ from app.settings import AppSettings
 from app.window import MainWindow
 from wire import events as ev
 from wire.identity import Identity
-
-from test_app_history import _round, run_script, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 RELAY = "ws://relay.example:8765"

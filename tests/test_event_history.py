@@ -3,9 +3,9 @@ as the ``history`` event the app rebuilds its charts from. Plain files, no model
 
 from __future__ import annotations
 
-from wire import events as ev
-from engine.run.history import HistoryFile, lineage
 from engine.run.event_log import EventLog
+from engine.run.history import HistoryFile, lineage
+from wire import events as ev
 
 
 def _round(n: int) -> ev.Round:
