@@ -252,8 +252,9 @@ def legacy_link(status: ev.Status) -> ev.Relay | None:
     if m := _LEGACY_CONNECTED.fullmatch(status.message):
         return ev.Relay(state="connected", url=m[1], peers=int(m[2]), time=status.time)
     if m := _LEGACY_UNREACHABLE.fullmatch(status.message):
-        return ev.Relay(state="unreachable", url=m[1], reason=m[2], retry_at=status.time + int(m[3]),
-                        time=status.time)
+        reason = re.sub(r"^\[Errno -?\d+\] ", "", m[2])  # "[Errno 111] Connection refused": the words only
+        return ev.Relay(state="unreachable", url=m[1], reason=reason[:1].lower() + reason[1:],
+                        retry_at=status.time + int(m[3]), time=status.time)
     return None
 
 

@@ -88,6 +88,20 @@ def test_the_card_wording_for_each_state():
     assert m.swarm_card() == ("–", "not connected (stopped)")
 
 
+def test_an_older_engines_link_lines_are_read_as_the_link():
+    m = RunModel()
+    m.apply(_start())
+    m.apply(ev.StateChanged(state="running"))
+    m.apply(ev.Status(message=f"relay {RELAY} unreachable ([Errno 111] Connection refused); training on local "
+                              "groups, retrying in 4s", time=1000.0))
+    assert m.message == "" and m.swarm_card(now=1001.0) == (
+        "offline", "relay unreachable: connection refused; next try in 3 s")
+    m.apply(ev.Status(message=f"reconnected to relay {RELAY}, swarm 'public', 3 peers online"))
+    assert m.message == "" and m.swarm_card() == ("3", "volunteers online")
+    m.apply(ev.Status(message="resumed from round-000004"))
+    assert m.message == "resumed from round-000004"
+
+
 def test_a_replays_card_and_message_line_agree(qtbot):
     replay = read_events(ROOT / "docs" / "swarm-demo.jsonl")  # an older engine: its link said in status lines
     window = MainWindow()
