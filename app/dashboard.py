@@ -267,22 +267,20 @@ class Dashboard(QWidget):
         self._refresh_swarm(model)
 
     def _refresh_cards(self, m: RunModel) -> None:
+        # Every card is set on every refresh, "–" without data: a new run's model never shows the last one's figures.
         recent = m.rounds[-5:]
         self.card_round.setToolTip(round_tooltip(m.settings))
         self.card_round.set(str(m.current_round) + (f" / {m.round_end}" if m.round_end else ""))
-        if recent:
-            self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}")
-            self.card_accuracy.set(f"{100 * sum(r.accuracy for r in recent) / len(recent):.0f} %")
-            self.card_speed.set(f"{recent[-1].tokens_per_s:.0f}")
+        self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}" if recent else "–")
+        self.card_accuracy.set(f"{100 * sum(r.accuracy for r in recent) / len(recent):.0f} %" if recent else "–")
+        self.card_speed.set(f"{recent[-1].tokens_per_s:.0f}" if recent else "–")
         if m.evals:
             rnd, acc, _ = m.evals[-1]
             first = m.evals[0][1]
             self.card_test.set(f"{100 * acc:.0f} %", f"practice test (round {rnd}; {100 * first:.0f} % at the start)")
-        if m.relay_connected is None and not m.leaderboard:
-            self.card_swarm.set("alone", "training alone (no swarm)")
         else:
-            self.card_swarm.set(str(m.peers), "volunteers online" + ("" if m.relay_connected is not False
-                                                                      else " (swarm unreachable)"))
+            self.card_test.set("–", "practice test")
+        self.card_swarm.set(*m.swarm_card())
         place = f", place {m.rank}" if m.rank else ""
         self.card_you.set(f"{m.shared_total} / {m.adopted_total}", f"shared / used by others{place}")
 

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, 
                                QSpinBox, QVBoxLayout, QWidget)
 
 from app import palette
-from app.settings import DEFAULT_RELAY, POWER_WORDS, AppSettings, preset_threads
+from app.settings import POWER_WORDS, RELAY_PLACEHOLDER, AppSettings, preset_threads
 from wire.addresses import relay_urls_problem
 from wire.protocol import swarm_name_problem
 
@@ -51,7 +51,8 @@ class SwarmForm(QWidget):
             layout.addWidget(hint)
         box = QGroupBox("Swarm details")
         form = QFormLayout(box)
-        self.relay = QLineEdit(DEFAULT_RELAY)
+        self.relay = QLineEdit()
+        self.relay.setPlaceholderText(RELAY_PLACEHOLDER)
         self.relay.setAccessibleName("relay address")
         self.swarm = QLineEdit("public")
         self.swarm.setAccessibleName("swarm name")
@@ -95,6 +96,8 @@ class SwarmForm(QWidget):
     def problem_text(self) -> str | None:
         kind = self.kind
         if kind in ("public", "private"):
+            if not self.relay.text().strip():
+                return "enter the relay address of the swarm to join (ws://host:port or wss://host)"
             problem = relay_urls_problem(self.relay.text())  # wire's rule; the engine checks again when it starts
             if problem:
                 return problem
@@ -106,7 +109,7 @@ class SwarmForm(QWidget):
 
     def load(self, s: AppSettings) -> None:
         self.buttons.get(s.swarm_kind, self.buttons["offline"]).setChecked(True)
-        self.relay.setText(s.node.get("relay") or DEFAULT_RELAY) if s.swarm_kind != "local" else None
+        self.relay.setText(s.node.get("relay") or "") if s.swarm_kind != "local" else None
         self.swarm.setText(s.node.get("swarm", "public"))
         self.token.setText(s.node.get("token") or "")
         self.port.setValue(s.local_relay_port)

@@ -6,6 +6,9 @@ controller. Replay feeds it a file's events, a live run feeds it the engine's.
 
 from __future__ import annotations
 
+import math
+import re
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +77,8 @@ class RunModel:
     phase: ev.PhaseProgress | None = None
     download: ev.Download | None = None
     relay_connected: bool | None = None
+    swarm_configured: bool = False  # the start event's settings name a relay and are not offline
+    link: ev.Relay | None = None  # the engine's latest word on its relay: the swarm card says only this
     peers: int = 0
     shared_total: int = 0
     adopted_total: int = 0
@@ -96,7 +101,9 @@ class RunModel:
                 self.node_name, self.node_id, self.model = event.node_name, event.node_id, event.model
                 self.threads, self.round_end = event.threads, event.round_end
                 self.settings = dict(event.settings) | {"round_start": event.round_start}
+                self.swarm_configured = bool(event.settings.get("relay")) and not event.settings.get("offline")
                 self.error = self.stop_reason = ""
+                self.link = None
             case ev.StateChanged():
                 self.state = event.state
                 if event.state in ("paused", "stopping"):
@@ -106,17 +113,26 @@ class RunModel:
             case ev.Download():
                 self.download = None if event.finished else event
             case ev.Status():
-                self.message = event.message
+                link = legacy_link(event)
+                if link is None:
+                    self.message = event.message
+                else:  # an older engine's connection line: a link change, not a message that goes stale
+                    self._link(link)
             case ev.Warning():
                 self.message = f"Warning: {event.message}"
             case ev.ErrorEvent():
                 self.error = event.message
             case ev.Stop():
                 self.stop_reason, self.phase = event.reason, None
+                self.link = None  # the node has closed its connection
             case ev.Round():
                 self._round(event)
             case ev.Eval():
                 self.evals.append((event.round, event.eval_accuracy, event.eval_sampled_reward))
+            case ev.History():
+                self._history(event)
+            case ev.Relay():
+                self._link(event)
             case ev.Swarm():
                 self.peers = event.peers_online
                 self.leaderboard = list(event.leaderboard)
@@ -124,7 +140,25 @@ class RunModel:
                 if event.you is not None:
                     self.shared_total, self.adopted_total = event.you.groups_shared, event.you.groups_adopted
 
-    def _round(self, r: ev.Round) -> None:
+    def _history(self, h: ev.History) -> None:
+        """The rounds before this start: charts, answers and totals rebuilt; the swarm's live state untouched."""
+        self.rounds, self.evals = [], []
+        self.feed.clear()
+        self.rejected_reasons = Counter()
+        self.shared_total = self.adopted_total = 0
+        for item in h.events:
+            if isinstance(item, ev.Round):
+                self._round(item, live=False)
+            else:
+                self.evals.append((item.round, item.eval_accuracy, item.eval_sampled_reward))
+
+    def _link(self, link: ev.Relay) -> None:
+        self.link = link
+        self.relay_connected = link.state == "connected"
+        if link.state == "connected":
+            self.peers = link.peers
+
+    def _round(self, r: ev.Round, live: bool = True) -> None:
         evaluate = r.eval_s or 0.0
         swap = r.swap_ms / 1000
         known = r.gen_s + r.score_s + r.train_s + swap + evaluate
@@ -134,10 +168,11 @@ class RunModel:
             other_s=max(0.0, r.round_s - known), round_s=r.round_s,
             own=r.groups, external=r.external_groups, dropped=r.groups_dropped, rejected=r.rejected_groups,
         ))
-        self.phase = None
-        self.relay_connected = r.relay_connected
-        if r.relay_connected is not None:
-            self.peers = r.peers
+        if live:  # a past round's connection and peers are stale: only the present's count
+            self.phase = None
+            self.relay_connected = r.relay_connected
+            if r.relay_connected is not None:
+                self.peers = r.peers
         self.rejected_reasons.update(r.rejected_reasons)
         if r.shared_total is not None:
             self.shared_total = r.shared_total
@@ -155,6 +190,30 @@ class RunModel:
             words += f" — round {min(n, self.round_end or n)}{of}"
         return words
 
+    def swarm_card(self, now: float | None = None) -> tuple[str, str]:
+        """The swarm card's figure and caption: one function of the run's state, its relay link and the peers
+        online, so that no two places on the screen can disagree."""
+        ever_swarm = self.swarm_configured or self.link is not None or self.relay_connected is not None
+        if self.state == "replay":
+            if not ever_swarm and not self.leaderboard:
+                return "alone", "trained alone (no swarm)"
+            return str(self.peers), f"{volunteers(self.peers)} online at the end of the run"
+        if self.state in ("stopped", "crashed"):
+            return "–", "not connected (stopped)"
+        if not ever_swarm:
+            return ("alone", "training alone (no swarm)") if self.node_id else ("–", "not connected yet")
+        link = self.link
+        if link is None:
+            return "…", "joining the swarm"
+        if link.state == "unreachable":
+            return "offline", f"relay unreachable: {link.reason}; {next_try(link.retry_at, now)}"
+        return str(self.peers), f"{volunteers(self.peers)} online"
+
+    def swarm_line(self, now: float | None = None) -> str:
+        """The swarm card in one line, for the tray: "2 volunteers online", "not connected (stopped)"."""
+        value, caption = self.swarm_card(now)
+        return f"{value} {caption}" if value.isdigit() else caption
+
     def phase_text(self) -> tuple[str, int, int]:
         """What the progress bar says, and its done / total (0/0: busy, no known end)."""
         if self.download is not None:
@@ -169,6 +228,34 @@ class RunModel:
         if p.total:
             words += f" ({p.done} of {p.total})"
         return words, p.done, p.total
+
+
+def volunteers(n: int) -> str:
+    return "volunteer" if n == 1 else "volunteers"
+
+
+def next_try(retry_at: float | None, now: float | None = None) -> str:
+    """When the engine tries its relay again, in words: it retries at its next request after ``retry_at``."""
+    if retry_at is None:
+        return "trying again soon"
+    wait = math.ceil(retry_at - (time.time() if now is None else now))
+    return f"next try in {wait} s" if wait > 0 else "trying again at the next step"
+
+
+_LEGACY_CONNECTED = re.compile(r"(?:re)?connected to relay (\S+), swarm .*, (\d+) peers? online")
+_LEGACY_UNREACHABLE = re.compile(r"relay (\S+) unreachable \((.*)\).*; training on local groups, retrying.* in (\d+)s")
+
+
+def legacy_link(status: ev.Status) -> ev.Relay | None:
+    """An engine from before the ``relay`` event said its link in status lines (old event files still do):
+    those lines as the event they stand for, None for any other line."""
+    if m := _LEGACY_CONNECTED.fullmatch(status.message):
+        return ev.Relay(state="connected", url=m[1], peers=int(m[2]), time=status.time)
+    if m := _LEGACY_UNREACHABLE.fullmatch(status.message):
+        reason = re.sub(r"^\[Errno -?\d+\] ", "", m[2])  # "[Errno 111] Connection refused": the words only
+        return ev.Relay(state="unreachable", url=m[1], reason=reason[:1].lower() + reason[1:],
+                        retry_at=status.time + int(m[3]), time=status.time)
+    return None
 
 
 def moving_average(values: list[float], window: int) -> list[float]:

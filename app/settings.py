@@ -28,7 +28,9 @@ SwarmKind = Literal["public", "private", "local", "offline"]
 POWER_SHARE = {"light": 0.25, "medium": 0.5, "full": 1.0}  # of the physical cores
 POWER_WORDS = {"light": "Light — a quarter of the processor", "medium": "Medium — half of the processor",
                "full": "Full — the whole processor"}
-DEFAULT_RELAY = "ws://127.0.0.1:8765"
+# No relay is assumed for "Join a swarm": the project runs no public relay yet, and a loopback default
+# would have a volunteer "join" a swarm that is only ever on their own computer. The form asks instead.
+RELAY_PLACEHOLDER = "wss://relay.example.org — the address from whoever runs the swarm"
 
 
 def config_dir() -> Path:

@@ -38,9 +38,10 @@ class Tray(QObject):
         if reason == QSystemTrayIcon.ActivationReason.Trigger:
             self.show_window.emit()
 
-    def update(self, headline: str, state: str) -> None:
+    def update(self, headline: str, state: str, swarm: str = "") -> None:
+        """``swarm``: the swarm card's words (RunModel.swarm_card), so the tray never says otherwise."""
         self.status.setText(headline)
-        self.icon.setToolTip(f"SAPO Swarm: {headline}")
+        self.icon.setToolTip(f"SAPO Swarm: {headline}" + (f"\n{swarm}" if swarm else ""))
         self.icon.setIcon(app_icon(state))
         self.pause.setText("Resume" if state == "paused" else "Pause")
         self.pause.setEnabled(state in ("running", "paused", "finishing"))

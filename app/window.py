@@ -30,6 +30,7 @@ from wire import events as ev
 log = logging.getLogger("app.window")
 
 REDRAW_MS = 200
+COUNTDOWN_MS = 1000  # the swarm card's "next try in N s" counts down while the relay is unreachable
 POWER_CHECK_MS = 30_000
 
 
@@ -62,6 +63,10 @@ class MainWindow(QMainWindow):
         self._redraw.setSingleShot(True)
         self._redraw.setInterval(REDRAW_MS)
         self._redraw.timeout.connect(self.refresh)
+        self._countdown = QTimer(self)
+        self._countdown.setSingleShot(True)
+        self._countdown.setInterval(COUNTDOWN_MS)
+        self._countdown.timeout.connect(self.refresh)
         self._power_timer = QTimer(self)
         self._power_timer.setInterval(POWER_CHECK_MS)
         self._power_timer.timeout.connect(self.check_power)
@@ -240,7 +245,10 @@ class MainWindow(QMainWindow):
 
     def refresh(self) -> None:
         self.dashboard.refresh(self.model)
-        self.tray.update(self.model.headline(), self.model.state)
+        self.tray.update(self.model.headline(), self.model.state, self.model.swarm_line())
+        link = self.model.link
+        if link is not None and link.state == "unreachable" and self.engine.running:
+            self._countdown.start()
 
     # --- model export and preferences ---
     def export_model(self) -> None:

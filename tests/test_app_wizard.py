@@ -138,3 +138,18 @@ def test_the_swarm_form_says_which_swarm_names_the_relay_refuses(qtbot):
         assert form.problem.text() == form.problem_text()  # shown under the form as typed
     form.swarm.setText("kitchen-2.v1")
     assert form.problem_text() is None and form.problem.text() == ""
+
+
+def test_join_a_swarm_assumes_no_relay_and_waits_for_a_valid_address(qtbot):
+    from app.wizard import SwarmPage
+
+    page = SwarmPage()
+    qtbot.addWidget(page)
+    form = page.form
+    form.buttons["public"].setChecked(True)  # "Join a swarm", the first choice
+    assert form.relay.text() == "" and form.relay.placeholderText().startswith("wss://")  # no loopback default
+    assert not page.isComplete() and form.problem.text().startswith("enter the relay address")
+    form.relay.setText("ws://")
+    assert not page.isComplete() and "ws://host:port" in form.problem.text()  # wire/addresses.py's rule
+    form.relay.setText("wss://relay.example.org")
+    assert page.isComplete() and form.problem.text() == ""

@@ -212,9 +212,34 @@ class Swarm(Event, tag="swarm", frozen=True):
     rank: int | None = None  # this node's place on the leaderboard, 1-based; None when not on it
 
 
-AnyEvent = Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
+class Relay(Event, tag="relay", frozen=True):
+    """The node's link to its relay, each time it changes: the one source of the app's swarm state.
+
+    ``connected``: ``peers`` online, this node included. ``unreachable``: ``reason`` in a few plain
+    words ("connection refused") and ``retry_at``, the wall-clock time of the next try (the node
+    tries at its next request after it, so at most once a round).
+    """
+
+    state: Literal["connected", "unreachable"]
+    url: str
+    peers: int = 0
+    reason: str = ""
+    retry_at: float | None = None
+
+
+class History(Event, tag="history", frozen=True):
+    """Right after ``start``: the rounds and evaluations this node made before, from its data dir
+    (``events.jsonl``, engine/run/history.py), up to the round it resumed from, oldest first. A
+    restarted app rebuilds its charts, answers and cards from it. Bounded: the last rounds only,
+    their ``rollouts`` only in the newest few."""
+
+    events: list[Round | Eval] = []
+
+
+AnyEvent = (Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
+            | Relay | History)
 EVENT_TYPES: tuple[type[Event], ...] = (Start, StateChanged, PhaseProgress, Download, Status, Warning, ErrorEvent,
-                                        Stop, Round, Eval, Swarm)
+                                        Stop, Round, Eval, Swarm, Relay, History)
 
 
 # --- commands into a node --------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -102,6 +103,11 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
                 line = f"{e.__struct_config__.tag}: {e.message}"
             case ev.StateChanged():
                 line = f"state: {e.state}"
+            case ev.Relay(state="connected"):
+                line = f"relay: connected to {e.url}, {e.peers} peer{'' if e.peers == 1 else 's'} online"
+            case ev.Relay():
+                wait = max(0, round((e.retry_at or 0) - time.time()))
+                line = f"relay: {e.url} unreachable ({e.reason}); training on local groups, next try in {wait}s"
             case ev.Stop():
                 line = f"stopped after round {e.round}: {e.reason}"
             case _:

@@ -12,6 +12,7 @@ from typing import Any
 from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
 from engine.run.event_log import EventLog, claim_stdout, terminal_printer
+from engine.run.history import HistoryFile
 from engine.models.prepare import prepare_model
 from engine.paths import prepare_data_dir
 from engine.sharing.keyfile import load_or_create
@@ -70,7 +71,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         from engine.sharing.swarm_client import SwarmClient
 
         swarm = SwarmClient(cfg.relay, cfg.swarm, loaded.identity, model.name, cfg.token, on_status=events.status,
-                            ca_file=cfg.relay_ca_file)
+                            ca_file=cfg.relay_ca_file, on_link=events.emit)
     elif not cfg.offline:
         events.status("no relay given (--relay ws://host:port): training alone")
     node = Node(cfg, model, node_id, events, data_dir, swarm)
@@ -87,6 +88,9 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         events.emit(ev.Start(node_id=node_id, node_name=display_name(node_id), model=model.name,
                              model_path=str(model.path), round_start=node.round, round_end=target, threads=cfg.threads,
                              settings=_public(cfg)))
+        history = HistoryFile(data_dir)
+        events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
+        events.add(history.record)
         events.emit(ev.StateChanged(state="running", round=node.round))
         while (target is None or node.round < target) and not stop.requested:
             if control is not None:

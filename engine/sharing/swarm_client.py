@@ -21,6 +21,7 @@ instead of training alone forever.
 from __future__ import annotations
 
 import random
+import socket
 import ssl
 import time
 from collections import OrderedDict
@@ -30,6 +31,7 @@ from websockets.exceptions import InvalidMessage, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from engine.errors import SapoError, first_line
+from wire import events as ev
 from wire.addresses import relay_url_problem, relay_urls_problem, split_relay_urls
 from wire.identity import Identity
 from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
@@ -68,7 +70,8 @@ def check_relay_urls(text: str) -> list[str]:
 
 class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
-                 on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None) -> None:
+                 on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None,
+                 on_link: Callable[[ev.Relay], object] | None = None) -> None:
         self.urls = check_relay_urls(url)
         self.url = self.urls[0]  # the one in use (or tried next)
         tls = any(u.strip().startswith("wss://") for u in url.split(","))
@@ -83,6 +86,8 @@ class SwarmClient:
         self.hello = Hello(swarm=swarm, public_key=identity.public_key, model=model[:MAX_NAME_CHARS],
                            client_version=CLIENT_VERSION, token=token)
         self.on_status = on_status
+        # Connected / unreachable as a typed ``relay`` event (the app's one source of swarm state); without it, a line.
+        self.on_link = on_link
         self.timeout_s = timeout_s
         self.ws: ClientConnection | None = None
         self.peers = 0
@@ -114,13 +119,14 @@ class SwarmClient:
                    "if it uses a private CA, set relay_ca_file (--relay-ca-file) to that CA's certificate")
             if first:
                 raise SapoError(why) from None
-            self._retry_later(why)
+            self._retry_later(why, "its certificate is not trusted")
             return False
         except (OSError, TimeoutError, WebSocketException, InvalidURI) as exc:
             # A TLS port answers a plain HTTP request with TLS bytes: say what is likely wrong.
             tls_port = isinstance(exc, InvalidMessage) and self.url.startswith("ws://")
             hint = " (a TLS relay? use wss://)" if tls_port else ""
-            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}")
+            self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}",
+                              plain_reason(exc) + hint)
             return False
         self.ws = ws
         reply = self._request(self.hello)
@@ -130,36 +136,44 @@ class SwarmClient:
             raise SapoError(f"relay {self.url} refused this node: {reply.reason}")
         if not isinstance(reply, Welcome) or reply.node_id != self.node_id:
             why = f": {reply.reason}" if isinstance(reply, Error) else ""
-            self._drop(f"relay {self.url} did not welcome this node{why}")
+            self._drop(f"relay {self.url} did not welcome this node{why}", "it did not welcome this node" + why)
             return False
         self.peers = reply.peers
         if self.limits is None:
             self._publish_tokens = float(reply.limits.groups_per_minute)
         self.limits = reply.limits
         self._backoff = 1.0
-        self.on_status(f"{'re' if self._ever_connected else ''}connected to relay {self.url}, swarm "
-                       f"{self.swarm!r}, {reply.peers} peers online")
+        if self.on_link is not None:
+            self.on_link(ev.Relay(state="connected", url=self.url, peers=reply.peers))
+        else:
+            self.on_status(f"{'re' if self._ever_connected else ''}connected to relay {self.url}, swarm "
+                           f"{self.swarm!r}, {peers_online(reply.peers)}")
         self._ever_connected = True
         return True
 
-    def _retry_later(self, why: str) -> None:
+    def _retry_later(self, why: str, reason: str = "") -> None:
+        """``why``: the terminal's line; ``reason``: the same in a few plain words, for the app's swarm card."""
         delay = self._backoff * random.uniform(0.8, 1.2)
         self._next_try = time.monotonic() + delay
         self._backoff = min(self._backoff * 2, 60.0)
-        then = ""
+        failed, then = self.url, ""
         if len(self.urls) > 1:  # the next replica; the backoff still grows until one answers
             self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
             then = f" with {self.url}"
-        self.on_status(f"{why}; training on local groups, retrying{then} in {delay:.0f}s")
+        if self.on_link is not None:
+            self.on_link(ev.Relay(state="unreachable", url=failed, reason=reason or why,
+                                  retry_at=round(time.time() + delay, 3)))
+        else:
+            self.on_status(f"{why}; training on local groups, retrying{then} in {delay:.0f}s")
 
-    def _drop(self, why: str) -> None:
+    def _drop(self, why: str, reason: str = "") -> None:
         ws, self.ws = self.ws, None
         if ws is not None:
             try:
                 ws.close()
             except Exception:  # noqa: BLE001 - already broken; nothing more to do
                 pass
-        self._retry_later(why)
+        self._retry_later(why, reason)
 
     def _request(self, msg: Hello | Auth | Publish | Sample | StatsRequest | Report) -> ServerMessage | None:
         """Send one message and read its one reply; None (and disconnected) on any failure."""
@@ -172,12 +186,12 @@ class SwarmClient:
             if (isinstance(reply, Error) and reply.code == Code.UNAVAILABLE and len(self.urls) > 1
                     and not isinstance(msg, (Hello, Auth))):  # (a refused hello is dropped by the caller)
                 # This replica lost its shared state (Redis); another may still have it.
-                self._drop(f"relay {self.url} is unavailable ({reply.reason[:80]})")
+                self._drop(f"relay {self.url} is unavailable ({reply.reason[:80]})", "it is unavailable")
             return reply  # type: ignore[return-value]
         except ProtocolError as exc:
-            self._drop(f"relay sent a frame we refuse ({exc.code})")
+            self._drop(f"relay sent a frame we refuse ({exc.code})", "it sent a message this node refuses")
         except (OSError, TimeoutError, WebSocketException) as exc:
-            self._drop(f"lost the relay ({first_line(exc, 120)})")
+            self._drop(f"lost the relay ({first_line(exc, 120)})", "connection lost")
         return None
 
     # --- requests ---
@@ -270,6 +284,23 @@ class SwarmClient:
                 ws.close()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def peers_online(n: int) -> str:
+    return f"{n} peer{'' if n == 1 else 's'} online"
+
+
+def plain_reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few words a volunteer can read (no errno): for the app's swarm card."""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "no such host"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return first_line(exc, 120)
 
 
 def _within(group: Group, limits: Limits) -> bool:

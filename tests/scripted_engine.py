@@ -1,0 +1,34 @@
+"""A scripted stand-in for ``sapo-engine run`` in the app's window tests: says the event lines of a
+JSON-lines file (argv[1]) on stdout, then follows stop commands on stdin as the real loop does.
+
+Real Qt, a real child process and the real channel (events out, commands in); only the training is
+left out, so the window's tests of what it shows take a second, not minutes of model loading.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def main() -> None:
+    def say(line: str) -> None:
+        sys.stdout.write(line.rstrip("\n") + "\n")
+        sys.stdout.flush()
+
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        script = [line for line in fh if line.strip()]
+    rnd = 0
+    for line in script:
+        say(line)
+        rnd = json.loads(line).get("round") or rnd
+    for line in sys.stdin:
+        if json.loads(line).get("cmd") == "stop":
+            say(json.dumps({"type": "state", "state": "stopping", "round": rnd, "time": time.time()}))
+            say(json.dumps({"type": "stop", "round": rnd, "reason": "stop command", "time": time.time()}))
+            return
+
+
+if __name__ == "__main__":
+    main()
