@@ -8,7 +8,11 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   today:   each completion re-runs its prompt, fp32, checkpointing always (the step before issue 11)
   fp32:    shared prompt per group, fp32, checkpointing only over the memory budget
   default: shared prompt per group, the engine's automatic dtype (bf16 where the CPU has
-           avx512_bf16/AMX), checkpointing only over the memory budget
+           avx512_bf16/AMX), checkpointing only over the memory budget, and (issue 22) a common
+           beginning of a micro-batch's prompts run once
+  pergroup: the default without that (each group's whole prompt runs once: issue 11's step)
+  wide:    the default with micro-batches of up to 16 completions instead of 8, so more groups
+           of one task share a micro-batch (memory permitting)
 All children load the model and run one warm-up step on one group (first-call costs); then they take
 turns, one timed step on all groups each, ``--repeats`` times round robin, and each reports its fastest
 (only one child computes at a time, and a busy spell of a shared machine falls on every variant alike). Also reported: loss, mean completion
@@ -37,6 +41,8 @@ VARIANTS = {
     "today": {"shared_prefix": False, "checkpointing": "always", "dtype": "fp32"},
     "fp32": {"shared_prefix": True, "checkpointing": "auto", "dtype": "fp32"},
     "default": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},
+    "pergroup": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "common": False},
+    "wide": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "micro_batch": 16},
 }
 
 
@@ -82,6 +88,10 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
     tune_allocator()  # as the engine does at start
     torch.set_num_threads(threads)
     v = VARIANTS[variant]
+    if not v.get("common", True):  # issue 11's step: no prompt beginning shared across groups
+        import engine.learning.packing as packing
+
+        packing.MIN_SHARED = 1 << 30
     device = torch.device("cpu")
     dtype = choose_dtype(v["dtype"], device)
     raw = json.loads(groups_file.read_text())
@@ -90,7 +100,7 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
     model = attach_lora(load_base(_model_path(cache), cache / "torch", dtype=dtype),
                         lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"]))
-    trainer = Trainer(model, TrainConfig(micro_batch=micro_batch, checkpointing=v["checkpointing"],
+    trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
                                          shared_prefix=v["shared_prefix"],
                                          memory_budget=memory_budget(None, device)))
     trainer.step(groups[:1])  # warm-up: oneDNN kernel selection, allocator, first-call costs
@@ -156,10 +166,11 @@ def compare(args: argparse.Namespace, label: str, groups_file: Path, completions
         elif variant not in results:
             results[variant] = {"variant": variant, "error": "the child failed during a step"}
         print(f"{label} {json.dumps(results[variant])}", flush=True)
-    if "step_s" in results.get("today", {}):
-        base = results["today"]["step_s"]
-        ratios = {v: round(base / r["step_s"], 2) for v, r in results.items() if v != "today" and "step_s" in r}
-        print(f"{label} speedup over today: {ratios}", flush=True)
+    first = variants[0]
+    if "step_s" in results.get(first, {}):
+        base = results[first]["step_s"]
+        ratios = {v: round(base / r["step_s"], 2) for v, r in results.items() if v != first and "step_s" in r}
+        print(f"{label} speedup over {first}: {ratios}", flush=True)
     return results
 
 
@@ -177,6 +188,8 @@ def main() -> None:
     ap.add_argument("--presets", default="easy,paper", help="task presets to draw groups from (full run)")
     ap.add_argument("--lengths", default="4,8", help="group sizes L (full run)")
     ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
+    ap.add_argument("--variants", default="today,fp32,default",
+                    help="variants to time, the first is the base of the ratios (issue 22: pergroup,default,wide)")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
     args = ap.parse_args()
@@ -204,7 +217,7 @@ def main() -> None:
             p = sum(len(g["prompt"]) for g in raw) / len(raw)
             c = sum(len(x) for g in raw for x in g["completions"][:L]) / (len(raw) * L)
             label = f"[{preset} L={L} prompt~{p:.0f} completion~{c:.0f}]"
-            results = compare(args, label, path, L)
+            results = compare(args, label, path, L, tuple(args.variants.split(",")))
     if not args.quick and not args.no_memory:
         path = work / "memory.json"
         memory_groups(path)

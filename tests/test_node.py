@@ -95,6 +95,10 @@ def test_two_offline_rounds_train_and_swap(trained):
         assert e["train_s"] > 0 and e["train_prompt_tokens"] > 0
         # Few-shot prompts are ~150 tokens: a group's prompt is far longer than one answer of at most 24.
         assert e["train_prompt_tokens"] / e["groups_trained"] > 50
+        # Training as a prefix tree: a micro-batch's common beginning (chat template, system prompt) runs once.
+        assert 0 < e["train_prompt_tokens_computed"] <= e["train_prompt_tokens"]
+    several = [e for e in trained_rounds if e["groups_trained"] > 1]
+    assert not several or any(e["train_prompt_tokens_computed"] < e["train_prompt_tokens"] for e in several)
     # The LoRA moved away from its initialisation (peft starts B at zero)...
     ckpt = data / "checkpoints" / "round-000002"
     weights = load_file(str(ckpt / "adapter_model.safetensors"))

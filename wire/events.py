@@ -154,7 +154,8 @@ class Round(Event, tag="round", frozen=True):
     round_s: float
     per_task: dict[str, TaskRound] = {}
     score_s: float = 0.0
-    train_prompt_tokens: int = 0
+    train_prompt_tokens: int = 0  # trained groups' prompt tokens, each group's counted once
+    train_prompt_tokens_computed: int = 0  # those training ran (a micro-batch's common beginning once)
     train_completion_tokens: int = 0
     gen_prompt_tokens: int = 0  # the round's prompts' tokens, as if each were decoded alone
     gen_prompt_tokens_computed: int = 0  # those sampling actually decoded (a task's shared preamble once)

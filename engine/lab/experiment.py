@@ -139,7 +139,7 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "groups_dropped", "external_groups", "external_candidates", "dead_slots_filled", "external_reward_mean",
               "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
               "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
-              "gen_prompt_tokens_computed", "train_prompt_tokens", "train_completion_tokens")
+              "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens")
 
 
 def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -354,8 +354,9 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig)
     if old.exists():
         prev = json.loads(old.read_text())
         speed_only = ("threads", "device", "gpu_layers", "train_memory_mb", "checkpointing", "shared_prefix")
-        same = {k: v for k, v in prev.get("settings", {}).items() if k not in speed_only} == \
-            {k: v for k, v in meta["settings"].items() if k not in speed_only}
+        # A setting added to the code since the run began is not a difference (it ran at its default).
+        before = {k: v for k, v in prev.get("settings", {}).items() if k not in speed_only}
+        same = all(meta["settings"].get(k) == v for k, v in before.items())
         if prev.get("agents") != plan.agents or not same:
             raise SapoError(f"{cell} holds a run with other settings or agent count; use another --out")
     tmp = cell / "meta.json.tmp"

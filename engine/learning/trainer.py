@@ -90,7 +90,8 @@ class TrainStats:
     clip_high_frac: float
     grad_norm: float
     seconds: float
-    prompt_tokens: int = 0  # prompt tokens run through the model (once per group with a shared prefix)
+    prompt_tokens: int = 0  # prompt tokens run through the model (a group's once, a micro-batch's common beginning once)
+    prompt_tokens_per_group: int = 0  # the same counted once per group part (issue 11's step), for comparison
     micro_batches: int = 0
     checkpointed: int = 0  # micro-batches that recomputed activations in backward
     activation_bytes: int = 0  # the largest micro-batch's, as measured (checkpointed: what it kept)
@@ -362,6 +363,7 @@ class Trainer:
         total_tokens = sum(len(c) for g in groups for c in g.completions)
         n_seqs = sum(len(g.completions) for g in groups)
         prompt_tokens = sum(self._prompt_tokens(batch) for batch in batches)  # as computed
+        per_group = sum(len(u.prompt_ids) for batch in batches for u in batch)
         old = self._logprobs(batches) if self.cfg.iterations > 1 else None
         checkpointed = act_bytes = 0
         for _ in range(self.cfg.iterations):
@@ -398,5 +400,6 @@ class Trainer:
             self.optimizer.step()
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
                           grad_norm, time.perf_counter() - t0, prompt_tokens=prompt_tokens,
+                          prompt_tokens_per_group=per_group,
                           micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes,
                           logprob_mean=lp_sum / total_tokens)
