@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SapoError
-from engine.lab.report import (curves, format_paired, format_table, load_runs, paired, paired_interval, report,
-                               t975, table)
+from engine.lab.report import (curves, format_paired, format_table, load_runs, only_model, paired, paired_interval,
+                               report, t975, table)
 
 
 def _cell(root: Path, config: str, seed: int, rewards: dict[int, list[float]], *, done: bool = True,
@@ -127,3 +127,23 @@ def test_paired_against_alone_per_agent_and_per_task(tmp_path: Path):
     text = format_paired([p])
     assert "| swarm | 4 | +0.20 [" in text and "| configuration | a | b |" in text
     assert "cost: 16 agent-rounds, 1.60 h of rounds, 360.0 s per agent-round" in report([tmp_path], tmp_path / "f.png")
+
+
+def test_a_mixed_run_is_paired_per_model(tmp_path: Path):
+    # Agents 0 (model a) and 1 (model b); swarm helps b only: +0.4 total for agent 1, +0.0 for agent 0.
+    for config, rs in {"alone": {0: [0.2, 0.2], 1: [0.1, 0.1]}, "swarm": {0: [0.2, 0.2], 1: [0.3, 0.3]}}.items():
+        _cell(tmp_path, config, 0, rs)
+        path = tmp_path / config / "seed-0" / "records.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()[:-1]]
+        path.write_text("".join(json.dumps({**r, "model": "ab"[r["agent"]]}) + "\n" for r in rows))
+        done = tmp_path / config / "seed-0" / "done.json"
+        data = json.loads(done.read_text())
+        data["eval"] = {str(a): {**_evals(0.5, {}), "model": "ab"[a]} for a in rs}
+        done.write_text(json.dumps(data))
+    records, evals = load_runs([tmp_path])
+    (b,) = paired(*only_model(records, evals, "b"))
+    assert b.pairs == 1 and b.total_diff is not None and b.total_diff.mean == pytest.approx(0.4)
+    (a,) = paired(*only_model(records, evals, "a"))
+    assert a.total_diff is not None and a.total_diff.mean == pytest.approx(0.0)
+    text = report([tmp_path], tmp_path / "f.png")
+    assert "### agents running a" in text and "### agents running b" in text

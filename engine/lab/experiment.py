@@ -142,8 +142,8 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens")
 
 
-def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "round", "config": config, "seed": seed, "agent": agent,
+def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any], model: str = "") -> dict[str, Any]:
+    return {"type": "round", "config": config, "seed": seed, "agent": agent, "model": model,
             **{k: metrics[k] for k in ROUND_KEYS if k in metrics}}
 
 
@@ -152,9 +152,10 @@ def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any]) ->
 class Agent:
     """A node and its LoRA weights while another agent holds the backbone."""
 
-    def __init__(self, index: int, node: Any) -> None:
+    def __init__(self, index: int, node: Any, model: str = "") -> None:
         self.index = index
         self.node = node
+        self.model = model
         self.lora = {n: p.detach().clone() for n, p in node.policy.named_parameters() if p.requires_grad}
 
     def activate(self) -> None:
@@ -186,6 +187,7 @@ class Plan:
     rounds: int
     settings: dict[str, Any]  # NodeConfig settings common to every configuration
     cells: list[tuple[str, int]] | None = None  # the (configuration, seed) cells this process runs; None: all
+    models: list[str] | None = None  # agent k runs models[k % len(models)]; None: the settings' model
     worker: int = 0  # which of the parallel workers runs it (each has its own relay)
 
     def all_cells(self) -> list[tuple[str, int]]:
@@ -209,6 +211,16 @@ def default_workers(cells: int, threads: int | None) -> int:
     by_cpu = default_threads() // (threads or 1)
     by_memory = int(psutil.virtual_memory().available // (3 << 30))
     return max(1, min(cells, by_cpu, by_memory))
+
+
+def prepare_models(plan: Plan) -> None:
+    """Every model checked and its working copy made once, here, before any worker starts: a missing
+    model is one error before any work, and workers never convert the same file at the same time."""
+    from engine.models.prepare import prepare_model
+
+    common = build_config({}, plan.settings)
+    for m in plan.models or [None]:
+        prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
 
 
 def run_workers(plans: list[Plan], stream: Any = sys.stderr) -> None:
@@ -298,26 +310,28 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
 
     plan.out.mkdir(parents=True, exist_ok=True)
     tune_allocator()
-    base_cfg = build_config({}, plan.settings)
-    local, external = base_cfg.local_groups, base_cfg.external_groups
+    common = build_config({}, plan.settings)
+    local, external = common.local_groups, common.external_groups
     cells = [(c, s, config_overrides(c, local, external)) for c, s in (plan.cells or plan.all_cells())]
-    model = prepare_model(base_cfg, fallback="smollm2-135m")
-    base_cfg = model.cfg
-    # One backbone for every agent, built as a single node's is; each agent's LoRA is swapped in (Agent).
-    backbone = Backbone.load(model, base_cfg, base_cfg.threads or 1)
+    # One backbone per model, built as a single node's is; each agent's LoRA is swapped in (Agent).
+    models = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
+              for m in (plan.models or [None])]
+    backbones = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in models]
     progress = EtaPrinter(len(cells) * plan.agents * plan.rounds, stream)
     relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
         for config, seed, overrides in cells:
             cell = plan.out / _safe(config) / f"seed-{seed}"
-            cfg = dataclasses.replace(base_cfg, **overrides, seed=seed, eval_every=0, relay=None, offline=True)
             if _finished(cell, plan.rounds):
                 progress.skip(plan.agents * plan.rounds)
                 continue
             (cell / "done.json").unlink(missing_ok=True)  # more rounds asked for than it ran: extend it
-            _write_meta(cell, config, seed, plan, cfg)
             agents = []
             for k in range(plan.agents):
+                model, backbone = models[k % len(models)], backbones[k % len(models)]
+                cfg = dataclasses.replace(model.cfg, **overrides, seed=seed, eval_every=0, relay=None, offline=True)
+                if k == 0:
+                    _write_meta(cell, config, seed, plan, cfg, [m.name for m in models])
                 data = cell / f"agent-{k}"
                 if not (data / KEY_FILE).exists():
                     data.mkdir(parents=True, exist_ok=True)
@@ -328,13 +342,14 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
                     swarm = SwarmClient(relay.url, f"{_safe(config)}-s{seed}", identity, model.name, None,
                                         on_status=lambda _m: None)
                 node = Node(cfg, model, identity.node_id, EventLog(), data, swarm, backbone=backbone)
-                agents.append(Agent(k, node))
+                agents.append(Agent(k, node, model.name))
             _run_cell(cell, config, seed, agents, plan.rounds, progress, plan.out / "start" / f"seed-{seed}")
             for a in agents:
                 a.node.close()
     finally:
         relay.close()
-        backbone.close()
+        for b in backbones:
+            b.close()
 
 
 def _safe(config: str) -> str:
@@ -346,9 +361,9 @@ def _finished(cell: Path, rounds: int) -> bool:
     return done.exists() and json.loads(done.read_text()).get("rounds", 0) >= rounds
 
 
-def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig) -> None:
+def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig, models: list[str]) -> None:
     cell.mkdir(parents=True, exist_ok=True)
-    meta = {"config": config, "seed": seed, "agents": plan.agents, "rounds": plan.rounds,
+    meta = {"config": config, "seed": seed, "agents": plan.agents, "rounds": plan.rounds, "models": models,
             "settings": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "token"}}
     old = cell / "meta.json"
     if old.exists():
@@ -357,7 +372,7 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig)
         # A setting added to the code since the run began is not a difference (it ran at its default).
         before = {k: v for k, v in prev.get("settings", {}).items() if k not in speed_only}
         same = all(meta["settings"].get(k) == v for k, v in before.items())
-        if prev.get("agents") != plan.agents or not same:
+        if prev.get("agents") != plan.agents or prev.get("models", models) != models or not same:
             raise SapoError(f"{cell} holds a run with other settings or agent count; use another --out")
     tmp = cell / "meta.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
@@ -394,7 +409,7 @@ def _evaluate(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
         e = a.node.evaluate()
     finally:
         a.deactivate()
-    out = {k: e[k] for k in EVAL_KEYS} | {"round": a.node.round}
+    out = {k: e[k] for k in EVAL_KEYS} | {"round": a.node.round, "model": a.model}
     _write_json(path, out)
     print(f"agent {a.index} held-out {what}: greedy {e['eval_accuracy']:.3f}, "
           f"sampled {e['eval_sampled_accuracy']:.3f}", file=stream, flush=True)
@@ -415,7 +430,8 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
     for a in agents:  # killed between a checkpoint and its record: the round's summary is in the checkpoint
         for h in a.node.state.history:
             if h.get("type") == "round" and (a.index, h["round"]) not in have:
-                kept.append({"type": "round", "config": config, "seed": seed, "agent": a.index, "recovered": True,
+                kept.append({"type": "round", "config": config, "seed": seed, "agent": a.index, "model": a.model,
+                             "recovered": True,
                              **{k: h[k] for k in ("round", "reward_mean", "accuracy", "format_rate", "task_score")
                                 if k in h}})
     kept.sort(key=lambda r: (r["round"], r["agent"]))
@@ -440,7 +456,7 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
                     m = a.node.run_round()
                 finally:
                     a.deactivate()
-                fh.write(json.dumps(round_record(config, seed, a.index, m)) + "\n")
+                fh.write(json.dumps(round_record(config, seed, a.index, m, a.model)) + "\n")
                 fh.flush()
                 progress.tick(m["round_s"], f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
                                             f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
@@ -468,6 +484,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
     p.add_argument("--configs", help=f"comma-separated configurations (default {DEFAULT_CONFIGS}); "
                                      "alone|swarm, plus +top, +useful, +fill, +drop, +topr, +isC")
+    p.add_argument("--models",
+                   help="comma-separated models (catalog names or .gguf paths); agent k runs the k-th modulo their "
+                        "number, in every configuration (default: --model, or the bundled model)")
     p.add_argument("--workers", type=int,
                    help="cells run at a time, each in its own process (default: one per physical core's worth of "
                         "--threads, which defaults to 1 here; at most one per cell)")
@@ -501,9 +520,13 @@ def run(args: argparse.Namespace) -> int:
         raise SapoError(f"--workers must be >= 1, got {args.workers}")
     # One thread per agent unless asked: parallel cells use a small machine's cores better than threads do.
     settings.setdefault("threads", 1)
-    plan = Plan(args.out, configs, seeds, agents, rounds, settings)
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    if models is not None and not models:
+        raise SapoError("--models names no model")
+    plan = Plan(args.out, configs, seeds, agents, rounds, settings, models=models)
     workers = args.workers or default_workers(len(plan.all_cells()), settings["threads"])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    prepare_models(plan)
     run_workers(split(plan, workers))
     print(f"done: sapo-engine experiment report {args.out}", file=sys.stderr)
     return 0

@@ -304,9 +304,25 @@ def plot(records: list[dict[str, Any]], path: Path, window: int = 5) -> None:
     plt.close(fig)
 
 
+def only_model(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]],
+               model: str) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """The records and held-out results of the agents that ran ``model`` (a run with ``--models``)."""
+    keep = [r for r in records if r.get("model") == model]
+    agents = {(r["config"], int(r["seed"]), str(r["agent"])) for r in keep}
+    out = {}
+    for (c, seed), data in evals.items():
+        out[(c, seed)] = {**data, **{when: {a: e for a, e in data.get(when, {}).items() if (c, seed, a) in agents}
+                                     for when in ("eval", "eval_middle", "eval_start")}}
+    return keep, out
+
+
 def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
     records, evals = load_runs(dirs)
     text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + cost(records, evals)
+    models = sorted({r["model"] for r in records if r.get("model")})
+    if len(models) > 1:  # a mixed swarm: each model's agents against their own alone
+        for m in models:
+            text += f"\n### agents running {m}\n" + format_paired(paired(*only_model(records, evals, m)))
     out = plot_path or dirs[0] / "reward.png"
     try:
         plot(records, out, window)
