@@ -248,10 +248,11 @@ def _unjailed(jobs: list[Job]) -> list[Result]:
     depend on it) and no jail."""
     code = ("import sys, msgspec; from engine.sandbox.workers import Job, run_job; "
             "jobs = msgspec.json.decode(sys.stdin.buffer.read(), type=list[Job]); "
-            "sys.stdout.buffer.write(msgspec.json.encode([run_job(j) for j in jobs]))")
+            "results = [run_job(j) for j in jobs]; "
+            "sys.stdout.buffer.write(b'\\n' + msgspec.json.encode(results))")  # a scorer may print: the last line
     out = subprocess.run([sys.executable, "-c", code], input=msgspec.json.encode(jobs), capture_output=True,
                          env=hashseed.env(), timeout=300, check=True)
-    return msgspec.json.decode(out.stdout, type=list[Result])
+    return msgspec.json.decode(out.stdout.splitlines()[-1], type=list[Result])
 
 
 def test_honest_scoring_in_the_jail_gives_the_scores_it_gives_outside():
