@@ -25,7 +25,7 @@ import pytest
 from engine.sandbox.safe_scoring import SAFE_SCORERS
 from engine.sandbox.workers import DEFAULT_MEMORY_MB, PROBES_ENV, Job, Result, Sandbox, _Worker
 from engine.tasks import hashseed
-from engine.tasks.questions import QuestionStream, TaskEntry, build_mix
+from engine.tasks.questions import ANY_TASK_CAPS, EASY_CONFIGS, PAPER_TASKS, QuestionStream, TaskEntry, build_mix
 from tests.children import kill
 from wire.protocol import TaskSpec
 
@@ -236,10 +236,10 @@ def test_the_worker_has_none_of_the_nodes_environment(monkeypatch):
 
 
 def _groups() -> list[Job]:
-    def question(dataset: str):
-        return QuestionStream((TaskEntry(dataset),), "d" * 32, 0, []).draw(1)[0]
-
-    qs = [question(d) for d in sorted(SAFE_SCORERS)] + QuestionStream(build_mix("easy"), "c" * 32, 0, []).draw(12)
+    """Every dataset a node may score: its presets', those it accepts from peers, the surveyed ones."""
+    datasets = sorted(set(SAFE_SCORERS) | set(ANY_TASK_CAPS) | set(PAPER_TASKS) | set(EASY_CONFIGS))
+    qs = [q for d in datasets for q in QuestionStream((TaskEntry(d),), "d" * 32, 0, []).draw(2)]
+    qs += QuestionStream(build_mix("easy"), "c" * 32, 0, []).draw(12)  # with the easy preset's settings
     return [Job(q.spec, [q.answer, "0", "x**2 + C", None]) for q in qs]
 
 
