@@ -22,6 +22,7 @@ import msgspec
 import psutil
 import pytest
 
+from engine.sandbox.jail import read_only_paths
 from engine.sandbox.safe_scoring import SAFE_SCORERS
 from engine.sandbox.workers import DEFAULT_MEMORY_MB, PROBES_ENV, Job, Result, Sandbox, _Worker
 from engine.tasks import hashseed
@@ -263,3 +264,35 @@ def test_honest_scoring_in_the_jail_gives_the_scores_it_gives_outside():
     for job, r, free in zip(jobs, jailed, _unjailed(jobs)):
         assert r.ok and (r.scores, r.key) == (free.scores, free.key), job.spec.dataset
     assert sum(r.scores[0] == 1.0 for r in jailed) > len(jobs) // 2  # not a comparison of zeros
+
+
+def test_without_landlock_or_libseccomp_the_worker_says_so_and_still_scores(tmp_path, caplog):
+    # A kernel without Landlock and a system without libseccomp, as a worker would find them.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys, landlockpy\nlandlockpy.abi_version = lambda: 0\nsys.modules['pyseccomp'] = None\n")
+
+    class Bare(_Worker):
+        def environment(self) -> dict[str, str]:
+            env = super().environment()
+            return {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path), *env.get("PYTHONPATH", "").split(os.pathsep)])}
+
+    q = QuestionStream((TaskEntry("basic_arithmetic"),), "b" * 32, 0, []).draw(1)[0]
+    w = Bare(DEFAULT_MEMORY_MB)
+    w.start()
+    try:
+        with caplog.at_level("WARNING", logger="engine.sandbox.workers"):
+            r = w.call(Job(q.spec, [q.answer, "nope"]), 10.0)
+    finally:
+        w.kill()
+    assert r.ok and r.scores == [1.0, 0.0]
+    assert [why.split(":")[0] for why in w.unjailed] == ["seccomp", "landlock"]
+    assert "jail unavailable: landlock: the kernel has no Landlock" in caplog.text
+
+
+def test_the_readable_paths_are_code_only(tmp_path, monkeypatch):
+    home = os.path.expanduser("~")
+    monkeypatch.chdir(tmp_path)  # as a node started from its data dir
+    monkeypatch.setattr(sys, "path", [str(tmp_path), "/", home, *sys.path])
+    paths = read_only_paths()
+    assert str(tmp_path) not in paths and "/" not in paths and home not in paths
+    assert any(os.path.exists(os.path.join(p, "reasoning_gym")) for p in paths)
