@@ -296,3 +296,60 @@ def test_the_readable_paths_are_code_only(tmp_path, monkeypatch):
     paths = read_only_paths()
     assert str(tmp_path) not in paths and "/" not in paths and home not in paths
     assert any(os.path.exists(os.path.join(p, "reasoning_gym")) for p in paths)
+
+
+NORMAL_USER_PROBE = """
+import os, socket, subprocess, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import jail
+print("unjailed", jail.lock_down([os.path.dirname(os.__file__), os.path.dirname(os.path.abspath(__file__))]))
+for name, attempt in (("read", lambda: open("/etc/passwd").read()),  # world-readable: only the jail stops it
+                      ("write", lambda: open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "x"), "w")),
+                      ("tcp", lambda: socket.create_connection(("127.0.0.1", 9), timeout=1)),
+                      ("fork", os.fork), ("spawn", lambda: subprocess.run(["true"])),
+                      ("signal", lambda: os.kill(os.getppid(), 0)),
+                      ("parent", lambda: open(f"/proc/{os.getppid()}/cmdline").read())):
+    try:
+        attempt()
+        print(name, "done")
+    except PermissionError:
+        print(name, "denied")
+"""
+
+
+def test_the_jail_holds_for_a_normal_user_too():
+    # The tests run as root here; the same jail.py, landlockpy and pyseccomp, run as 'nobody' by the
+    # system's Python (the project's may sit in a home directory another user cannot enter).
+    import pwd
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import landlockpy
+    import pyseccomp
+
+    from engine.sandbox import jail
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        nobody = None
+    if os.getuid() != 0 or nobody is None or python is None:
+        pytest.skip("needs root, a 'nobody' user and /usr/bin/python3")
+    where = Path(tempfile.mkdtemp(prefix="sapo-jail-"))  # not under pytest's folders: those are root's alone
+    try:
+        for module in (jail, pyseccomp):
+            shutil.copy(module.__file__, where)
+        shutil.copytree(os.path.dirname(landlockpy.__file__), where / "landlockpy")
+        (where / "probe.py").write_text(NORMAL_USER_PROBE)
+        subprocess.run(["chmod", "-R", "a+rX", str(where)], check=True)
+        out = subprocess.run([python, str(where / "probe.py")], user=nobody, capture_output=True, text=True,
+                             timeout=60, cwd="/")
+        if out.returncode != 0 and "SyntaxError" in out.stderr:
+            pytest.skip(f"{python} is too old for landlockpy")
+        assert out.stdout.splitlines() == ["unjailed []", "read denied", "write denied", "tcp denied", "fork denied",
+                                           "spawn denied", "signal denied", "parent denied"], (out.stdout, out.stderr)
+        assert not (where / "x").exists()
+    finally:
+        shutil.rmtree(where)
