@@ -223,6 +223,19 @@ def test_no_ptrace(worker):
         kill(other)
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="root's powers: only a worker running as root has them")
+def test_a_root_worker_cannot_use_roots_powers(worker):
+    # Each asks for what is already so (no change) should the jail ever fail; refused, it is EPERM.
+    for code in ("import fcntl, struct, engine.sandbox.jail as m; f = open(m.__file__); fd = f.fileno(); "
+                 "flags = fcntl.ioctl(fd, 0x80086601, struct.pack('l', 0)); fcntl.ioctl(fd, 0x40086602, flags)",
+                 "import os; os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))",
+                 "import os; os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))",
+                 "import socket, ctypes; libc = ctypes.CDLL(None, use_errno=True); name = socket.gethostname().encode(); "
+                 "assert libc.sethostname(name, len(name)) == -1; raise OSError(ctypes.get_errno(), 'sethostname')"):
+        reason = worker.probe(code)
+        assert reason.startswith("PermissionError"), (code, reason)
+
+
 def test_the_worker_has_none_of_the_nodes_environment(monkeypatch):
     monkeypatch.setenv("SAPO_TEST_TOKEN", "s3cret")
     w = ProbeWorker(DEFAULT_MEMORY_MB)

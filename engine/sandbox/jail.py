@@ -17,7 +17,8 @@ Two kernel mechanisms, both unprivileged, both kept by every process the worker 
   metadata changes (chmod, chown, times, xattrs: Landlock leaves them open), SysV and POSIX IPC,
   io_uring (it can open and connect behind seccomp's back), key rings, and the privileged calls
   that matter when the node runs as root (mount, modules, reboot, clock, namespaces, BPF,
-  open_by_handle_at). Syscall numbers newer than libseccomp's table are refused with ENOSYS, so
+  open_by_handle_at, real-time priorities, memory locking, the immutable flag). A root worker keeps
+  its capabilities: these refusals are what stand between them and the machine. Syscall numbers newer than libseccomp's table are refused with ENOSYS, so
   a new kernel call cannot slip past a deny list written for an older one.
 
 ``lock_down`` returns what it could not apply (an empty list: the whole jail holds); the worker
@@ -68,7 +69,12 @@ DENIED = (
     "finit_module", "delete_module", "swapon", "swapoff", "settimeofday", "clock_settime",
     "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl", "ioperm", "acct",
     "quotactl", "quotactl_fd", "syslog", "vhangup", "mknod", "mknodat",
+    # root could take the machine's CPUs (a real-time priority) or pin memory
+    "sched_setscheduler", "sched_setparam", "sched_setattr", "setpriority", "ioprio_set",
+    "mlock", "mlock2", "mlockall",
 )
+# ioctl requests refused: a root worker could mark a file it can read immutable (chattr +i)
+DENIED_IOCTLS = (0x40086602, 0x401C5820)  # FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR
 CLONE_THREAD = 0x00010000
 NEWER_SYSCALLS = 256  # numbers past libseccomp's table refused with ENOSYS
 
@@ -171,6 +177,8 @@ def _seccomp() -> None:
     me = os.getpid()
     f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))  # a thread, never a process
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # flags behind a pointer; glibc falls back to clone
+    for request in DENIED_IOCTLS:
+        f.add_rule(eperm, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):  # to itself only
         f.add_rule(eperm, name, sc.Arg(0, sc.NE, me))
     last = _last_known(sc)
