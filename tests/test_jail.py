@@ -366,3 +366,29 @@ def test_the_jail_holds_for_a_normal_user_too():
         assert not (where / "x").exists()
     finally:
         shutil.rmtree(where)
+
+
+def test_with_a_thread_already_running_seccomp_still_reaches_every_thread():
+    code = textwrap.dedent("""
+        import socket, threading, time
+        from engine.sandbox.jail import lock_down, read_only_paths
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        print(lock_down(read_only_paths()))
+        out = []
+        def connect():
+            try:
+                socket.socket()
+                out.append("socket made")
+            except PermissionError:
+                out.append("socket refused")
+        t = threading.Thread(target=connect); t.start(); t.join()
+        print(out[0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "socket refused", (out.stdout, out.stderr)
+    import landlockpy
+
+    assert lines[-2] == ("[]" if landlockpy.abi_version() >= 8 else
+                         f"['landlock: 2 threads running, and ABI {landlockpy.abi_version()} binds only the calling one (needs 8)']")

@@ -104,14 +104,12 @@ def lock_down(read_only: Iterable[str]) -> list[str]:
     """Jail this process for good; what could not be applied, one line each ([] when the whole jail holds).
 
     Call it from the only thread: Landlock before ABI 8 binds the calling thread and its
-    children, not threads already running.
+    children, not threads already running (then only seccomp is applied, which reaches them all).
     """
     if not sys.platform.startswith("linux"):
         return [f"{sys.platform}: no Landlock or seccomp, only resource limits and the parent's timeout"]
     problems = []
     threads = _threads()
-    if threads > 1:
-        return [f"{threads} threads running: Landlock would bind only one"]
     try:
         import pyseccomp  # noqa: F401 - finds libseccomp with ldconfig: a new process, so before either wall
     except (ImportError, OSError, RuntimeError) as exc:  # RuntimeError: libseccomp is not installed
@@ -119,7 +117,7 @@ def lock_down(read_only: Iterable[str]) -> list[str]:
         seccomp = False
     else:
         seccomp = True
-    problems += _landlock(read_only)
+    problems += _landlock(read_only, threads)
     if seccomp:
         try:
             _seccomp()
@@ -137,7 +135,7 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def _landlock(read_only: Iterable[str]) -> list[str]:
+def _landlock(read_only: Iterable[str], threads: int) -> list[str]:
     try:
         import landlockpy
     except ImportError as exc:
@@ -145,6 +143,8 @@ def _landlock(read_only: Iterable[str]) -> list[str]:
     abi = landlockpy.abi_version()
     if abi < 1:
         return ["landlock: the kernel has no Landlock (too old, or not enabled at boot)"]
+    if threads > 1 and abi < 8:
+        return [f"landlock: {threads} threads running, and ABI {abi} binds only the calling one (needs 8)"]
     problems = []
     if abi < 4:
         problems.append(f"landlock: ABI {abi} cannot refuse TCP (needs 4; seccomp still refuses sockets)")
@@ -157,7 +157,8 @@ def _landlock(read_only: Iterable[str]) -> list[str]:
             for path in read_only:
                 # a file takes file rights only; READ_DIR on it would be refused (EINVAL)
                 ruleset.allow_path(path, read if os.path.isdir(path) else landlockpy.AccessFS.READ_FILE)
-            ruleset.restrict()  # sets no_new_privs first
+            # sets no_new_privs first; TSYNC: every thread (ABI 8)
+            ruleset.restrict(landlockpy.RestrictFlag.TSYNC if threads > 1 else landlockpy.RestrictFlag.NONE)
     except OSError as exc:  # landlockpy.LandlockError is one
         return [f"landlock: {exc}"]
     return problems
