@@ -42,9 +42,10 @@ DEFAULT_TIMEOUT_S = 5.0  # an honest group scores in milliseconds (sympy tasks: 
 DEFAULT_MEMORY_MB = 1536  # a worker with reasoning-gym loaded uses ~200 MB of address space
 STARTUP_TIMEOUT_S = 120.0  # importing reasoning-gym takes ~1 s on an idle machine
 MAX_JOB_CPU_S = 60
-# Variables a worker keeps from the node's environment: what Python needs to start and find its code.
-WORKER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
-              "SYSTEMROOT", "WINDIR")
+# Variables a worker keeps from the node's environment: what Python needs to start and find its code
+# (LD_LIBRARY_PATH: a Python built elsewhere may need it to load; SYSTEMROOT, TEMP: Windows').
+WORKER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE",
+              "TZ", "SYSTEMROOT", "WINDIR", "TEMP", "TMP")
 # Tests only: a worker that finds this variable set to "1" runs ``_Request.probe`` code in a job's
 # place. The parent never passes it on (it is not in WORKER_ENV); a test's own _Worker subclass does.
 PROBES_ENV = "SAPO_SANDBOX_TEST_PROBES"
