@@ -1,8 +1,9 @@
 """The second wall's jail (engine/sandbox/jail.py): each denial tried by code running inside a real worker.
 
-The first wall is off for these tests only: a worker started with PROBES_ENV runs a request's
-``probe`` code where a scorer runs, after its jail is locked, as an answer that got past the safe
-scorers to an ``eval`` would. Only a ``_Worker`` subclass of a test sets that variable: the node's
+The first wall is off for these tests only: a worker started with PROBES_ENV scores with
+reasoning-gym's own scorers (one test sends code in answers that binary_matrix's ``eval`` runs), and
+runs a request's ``probe`` code where a scorer runs, after its jail is locked, as an answer that got
+past the safe scorers to an ``eval`` would. Only a ``_Worker`` subclass of a test sets that variable: the node's
 own workers keep WORKER_ENV from its environment and nothing else, and a peer only ever supplies a
 ``Job`` (its spec and answers), never a request; a worker without the variable refuses probes
 (tested below). Each probe reports its ``result`` or the exception that stopped it.
@@ -17,16 +18,18 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import msgspec
 import psutil
 import pytest
 
 from engine.sandbox.jail import read_only_paths
-from engine.sandbox.safe_scoring import SAFE_SCORERS
+from engine.sandbox.safe_scoring import SAFE_SCORERS, score_answer
 from engine.sandbox.workers import DEFAULT_MEMORY_MB, PROBES_ENV, Job, Result, Sandbox, _Worker
 from engine.tasks import hashseed
-from engine.tasks.questions import ANY_TASK_CAPS, EASY_CONFIGS, PAPER_TASKS, QuestionStream, TaskEntry, build_mix
+from engine.tasks.questions import (ANY_TASK_CAPS, EASY_CONFIGS, PAPER_TASKS, QuestionStream, TaskEntry, build_mix,
+                                   scorer_for)
 from tests.children import kill
 from wire.protocol import TaskSpec
 
@@ -77,6 +80,29 @@ def secret(tmp_path):
 def test_the_whole_jail_holds_and_probes_run(worker):
     assert worker.unjailed == []
     assert worker.probe("result = 6 * 7") == "ok: 42"  # the switch works: the denials below are the jail's
+
+
+def test_code_in_an_answer_that_reaches_eval_is_jailed(worker, tmp_path):
+    # The first wall is off in this worker: binary_matrix's own scorer evals the answer.
+    q = QuestionStream((TaskEntry("binary_matrix"),), "e" * 32, 0, []).draw(1)[0]
+    marker = tmp_path / "marker"
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    try:
+        only_eval_reads_this = f"[[int(c) for c in r.split()] for r in {q.answer!r}.splitlines()]"
+        (r,) = worker.call(Job(q.spec, [only_eval_reads_this,
+                                        f"__import__('socket').create_connection(('127.0.0.1', {port}))",
+                                        f"open({str(marker)!r}, 'w')",
+                                        f"__import__('os').system('touch {marker}')",
+                                        f"open({str(Path.home() / '.bashrc')!r}).read()"]), 10.0),
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
+    assert r.ok and r.scores == [0.1, 0.0, 0.0, 0.0, 0.0]  # 0.1: the original's eval ran, where the first wall
+    assert score_answer("binary_matrix", scorer_for(q.spec), only_eval_reads_this, q.entry) == 0.0  # gives 0
+    assert not marker.exists()
 
 
 def test_a_worker_without_the_test_switch_refuses_probes():

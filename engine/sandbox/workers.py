@@ -46,8 +46,9 @@ MAX_JOB_CPU_S = 60
 # (LD_LIBRARY_PATH: a Python built elsewhere may need it to load; SYSTEMROOT, TEMP: Windows').
 WORKER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE",
               "TZ", "SYSTEMROOT", "WINDIR", "TEMP", "TMP")
-# Tests only: a worker that finds this variable set to "1" runs ``_Request.probe`` code in a job's
-# place. The parent never passes it on (it is not in WORKER_ENV); a test's own _Worker subclass does.
+# Tests only: a worker that finds this variable set to "1" has the first wall off: it scores with
+# reasoning-gym's own scorers (eval and all) and runs ``_Request.probe`` code in a job's place. The
+# parent never passes it on (it is not in WORKER_ENV); a test's own _Worker subclass does.
 PROBES_ENV = "SAPO_SANDBOX_TEST_PROBES"
 
 log = logging.getLogger(__name__)
@@ -224,11 +225,13 @@ def serve(memory_mb: int) -> None:
     _limit(memory_mb)
     import reasoning_gym  # noqa: F401 - loaded once, before the first job's clock starts
 
-    import engine.sandbox.safe_scoring  # noqa: F401
+    import engine.sandbox.safe_scoring
     import engine.tasks.questions  # noqa: F401
     from engine.sandbox.jail import lock_down, read_only_paths
 
     probes = os.environ.get(PROBES_ENV) == "1"
+    if probes:
+        engine.sandbox.safe_scoring.SAFE_SCORERS.clear()  # tests only: the first wall off
     decoder = msgspec.json.Decoder(_Request)
     encoder = msgspec.json.Encoder()
     unjailed = lock_down(read_only_paths())  # everything it needs is loaded: from here on, code only reads code
