@@ -212,7 +212,7 @@ def test_the_worker_cannot_kill_its_parent():
         print(w.probe("import os, signal; os.kill(os.getppid(), signal.SIGKILL)"), flush=True)
         w.kill()
     """)
-    out = subprocess.run([sys.executable, "-c", node], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", node], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0 and out.stdout.startswith("PermissionError"), (out.returncode, out.stdout, out.stderr)
 
 
@@ -252,12 +252,12 @@ def test_no_ptrace(worker):
 @pytest.mark.skipif(os.getuid() != 0, reason="root's powers: only a worker running as root has them")
 def test_a_root_worker_cannot_use_roots_powers(worker):
     # Each asks for what is already so (no change) should the jail ever fail; refused, it is EPERM.
-    for code in ("import fcntl, struct, engine.sandbox.jail as m; f = open(m.__file__); fd = f.fileno(); "
-                 "flags = fcntl.ioctl(fd, 0x80086601, struct.pack('l', 0)); fcntl.ioctl(fd, 0x40086602, flags)",
+    for code in (("import fcntl, struct, engine.sandbox.jail as m; f = open(m.__file__); fd = f.fileno(); "
+                  "flags = fcntl.ioctl(fd, 0x80086601, struct.pack('l', 0)); fcntl.ioctl(fd, 0x40086602, flags)"),
                  "import os; os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))",
                  "import os; os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0))",
-                 "import socket, ctypes; libc = ctypes.CDLL(None, use_errno=True); name = socket.gethostname().encode(); "
-                 "assert libc.sethostname(name, len(name)) == -1; raise OSError(ctypes.get_errno(), 'sethostname')"):
+                 ("import socket, ctypes; libc = ctypes.CDLL(None, use_errno=True); name = socket.gethostname().encode(); "
+                  "assert libc.sethostname(name, len(name)) == -1; raise OSError(ctypes.get_errno(), 'sethostname')")):
         reason = worker.probe(code)
         assert reason.startswith("PermissionError"), (code, reason)
 
@@ -384,7 +384,7 @@ def test_the_jail_holds_for_a_normal_user_too():
         (where / "probe.py").write_text(NORMAL_USER_PROBE)
         subprocess.run(["chmod", "-R", "a+rX", str(where)], check=True)
         out = subprocess.run([python, str(where / "probe.py")], user=nobody, capture_output=True, text=True,
-                             timeout=60, cwd="/")
+                             timeout=60, cwd="/", check=False)
         if out.returncode != 0 and "SyntaxError" in out.stderr:
             pytest.skip(f"{python} is too old for landlockpy")
         assert out.stdout.splitlines() == ["unjailed []", "read denied", "write denied", "tcp denied", "fork denied",
@@ -410,7 +410,7 @@ def test_with_a_thread_already_running_seccomp_still_reaches_every_thread():
         t = threading.Thread(target=connect); t.start(); t.join()
         print(out[0])
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
     lines = out.stdout.splitlines()
     assert lines[-1] == "socket refused", (out.stdout, out.stderr)

@@ -33,7 +33,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 # Where a worker may read (and list): the code it runs. Shared libraries that an extension
 # module loads lazily live in the system's library directories, hence those too.

@@ -226,7 +226,7 @@ def serve(memory_mb: int) -> None:
     import reasoning_gym  # noqa: F401 - loaded once, before the first job's clock starts
 
     import engine.sandbox.safe_scoring
-    import engine.tasks.questions  # noqa: F401
+    import engine.tasks.questions  # loaded before the jail, like everything a job runs
     from engine.sandbox.jail import lock_down, read_only_paths
 
     probes = os.environ.get(PROBES_ENV) == "1"
