@@ -11,6 +11,8 @@ command -v Xvfb >/dev/null || need+=(xvfb)
 ldconfig -p 2>/dev/null | grep -q 'libXss\.so\.1' || need+=(libxss1)
 ldconfig -p 2>/dev/null | grep -q 'libXtst\.so\.6' || need+=(libxtst6)
 command -v dbus-daemon >/dev/null || need+=(dbus-daemon)
+# the scoring workers' seccomp filter (engine/sandbox/jail.py; tests/test_jail.py): libseccomp, usually there already
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
 # the deploy guide's sample configs are checked by the real programs (haproxy -c, nginx -t)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v nginx >/dev/null || need+=(nginx-light)

@@ -6,8 +6,12 @@ score all its answers; one request line, one reply line, msgspec JSON over the w
 (never pickle: a reply is data, not objects). The second wall behind ``engine.sandbox.safe_scoring``:
 
 - POSIX ``resource`` limits in the worker: address space (``memory_mb``), CPU seconds per job
-  (the soft RLIMIT_CPU is moved before each job; SIGXCPU ends the worker), no core files and
-  no file writes (RLIMIT_FSIZE 0: a write fails).
+  (the soft RLIMIT_CPU is moved before each job, by the parent where the worker may not change
+  its own limits; SIGXCPU ends the worker), no core files and no file writes (RLIMIT_FSIZE 0).
+- on Linux, the jail (``engine.sandbox.jail``: Landlock and seccomp), locked once the worker has
+  imported reasoning-gym and before it reads its first job; the worker reports what of it could
+  not be applied, and the parent logs that as "jail unavailable: <why>".
+- an environment of the few variables Python needs, not the node's (no tokens, no paths).
 - a wall-clock timeout per job in the parent, on every platform (Windows: this and the kill
   are all there is); a worker that overruns is killed and a fresh one started.
 - a failed job is a clear result: every score 0 and a reason (``timeout``, ``worker_died``).
@@ -18,6 +22,7 @@ library runs untrusted-input jobs in limited long-lived workers without pickle.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import queue
@@ -37,6 +42,16 @@ DEFAULT_TIMEOUT_S = 5.0  # an honest group scores in milliseconds (sympy tasks: 
 DEFAULT_MEMORY_MB = 1536  # a worker with reasoning-gym loaded uses ~200 MB of address space
 STARTUP_TIMEOUT_S = 120.0  # importing reasoning-gym takes ~1 s on an idle machine
 MAX_JOB_CPU_S = 60
+# Variables a worker keeps from the node's environment: what Python needs to start and find its code
+# (LD_LIBRARY_PATH: a Python built elsewhere may need it to load; SYSTEMROOT, TEMP: Windows').
+WORKER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE",
+              "TZ", "SYSTEMROOT", "WINDIR", "TEMP", "TMP")
+# Tests only: a worker that finds this variable set to "1" has the first wall off: it scores with
+# reasoning-gym's own scorers (eval and all) and runs ``_Request.probe`` code in a job's place. The
+# parent never passes it on (it is not in WORKER_ENV); a test's own _Worker subclass does.
+PROBES_ENV = "SAPO_SANDBOX_TEST_PROBES"
+
+log = logging.getLogger(__name__)
 
 
 class Job(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -68,7 +83,14 @@ class Result(msgspec.Struct, frozen=True):
 class _Request(msgspec.Struct, frozen=True):
     id: int
     job: Job
-    cpu_s: int
+    cpu_s: int  # 0: the parent has set the worker's CPU limit itself
+    probe: str | None = None  # tests only (PROBES_ENV): code to run in the job's place
+
+
+class _Ready(msgspec.Struct, frozen=True):
+    """A worker's first line: it has loaded reasoning-gym and locked its jail, except for ``unjailed``."""
+
+    unjailed: list[str]
 
 
 class _Reply(msgspec.Struct, frozen=True):
@@ -155,6 +177,35 @@ def _cpu_budget(seconds: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _give_cpu(pid: int, seconds: int) -> bool:
+    """The parent's ``_cpu_budget`` for worker ``pid`` (prlimit; Linux): False where it cannot set it."""
+    import psutil
+
+    if not hasattr(psutil.Process, "rlimit"):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        used = proc.cpu_times()
+        _, hard = proc.rlimit(psutil.RLIMIT_CPU)
+        soft = math.ceil(used.user + used.system) + seconds
+        if hard != psutil.RLIM_INFINITY:
+            soft = min(soft, hard)
+        proc.rlimit(psutil.RLIMIT_CPU, (soft, hard))
+    except psutil.Error:
+        return False  # it has just died: the job finds that out
+    return True
+
+
+def _run_probe(code: str) -> Result:
+    """Tests only: ``code`` run where a scorer runs (its ``result`` or its exception comes back as the reason)."""
+    space: dict[str, Any] = {}
+    try:
+        exec(code, space)  # noqa: S102 - reached only with PROBES_ENV, which no node sets
+    except BaseException as exc:  # noqa: BLE001 - what the jail refused is the answer
+        return Result([], f"{type(exc).__name__}: {exc}"[:500])
+    return Result([], f"ok: {space.get('result')!r}"[:500])
+
+
 def serve(memory_mb: int) -> None:
     """The worker's loop: requests on the original stdin, replies on the original stdout.
 
@@ -174,18 +225,27 @@ def serve(memory_mb: int) -> None:
     _limit(memory_mb)
     import reasoning_gym  # noqa: F401 - loaded once, before the first job's clock starts
 
-    import engine.sandbox.safe_scoring  # noqa: F401
-    import engine.tasks.questions  # noqa: F401
+    import engine.sandbox.safe_scoring
+    import engine.tasks.questions  # loaded before the jail, like everything a job runs
+    from engine.sandbox.jail import lock_down, read_only_paths
 
+    probes = os.environ.get(PROBES_ENV) == "1"
+    if probes:
+        engine.sandbox.safe_scoring.SAFE_SCORERS.clear()  # tests only: the first wall off
     decoder = msgspec.json.Decoder(_Request)
     encoder = msgspec.json.Encoder()
-    replies.write(b'"ready"\n')
+    unjailed = lock_down(read_only_paths())  # everything it needs is loaded: from here on, code only reads code
+    replies.write(encoder.encode(_Ready(unjailed)) + b"\n")
     replies.flush()
     for line in requests:
         req = decoder.decode(line)
-        _cpu_budget(req.cpu_s)
+        if req.cpu_s:
+            _cpu_budget(req.cpu_s)
         try:
-            result = run_job(req.job)
+            if req.probe is not None:
+                result = _run_probe(req.probe) if probes else failed(req.job, "probe_refused")
+            else:
+                result = run_job(req.job)
         except Exception as exc:  # noqa: BLE001 - a bug or MemoryError: this job fails, the worker goes on
             result = failed(req.job, f"error: {type(exc).__name__}"[:64])
         replies.write(encoder.encode(_Reply(req.id, result)) + b"\n")
@@ -202,17 +262,23 @@ class _Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.ready = False
+        self.unjailed: list[str] = []  # what of the jail its worker could not apply
         self.next_id = 0
         self.started = 0  # how many processes this slot has started (restarts = started - 1)
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(_Reply)
 
+    def environment(self) -> dict[str, str]:
+        """The worker's environment: WORKER_ENV from the node's, one thread per library, the fixed hash seed
+        (the same question text as the node and its peers)."""
+        kept = {k: v for k, v in os.environ.items() if k in WORKER_ENV}
+        return {**hashseed.env(kept), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                "PYTHONDONTWRITEBYTECODE": "1"}  # one thread: the jail is locked from the only thread
+
     def start(self) -> None:
-        env = {**hashseed.env(), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "PYTHONDONTWRITEBYTECODE": "1"}  # hashseed: the same question text as the node and its peers
         self.proc = subprocess.Popen([sys.executable, "-m", "engine.sandbox", str(self.memory_mb)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=env, close_fds=True)
+                                     env=self.environment(), close_fds=True)
         self.lines = queue.Queue()
         self.ready = False
         self.started += 1
@@ -239,11 +305,18 @@ class _Worker:
     def wait_ready(self) -> None:
         """Block until the worker has loaded reasoning-gym; OSError if it died doing so."""
         if not self.ready:
-            if self._read(STARTUP_TIMEOUT_S) != b'"ready"\n':
-                raise BrokenPipeError("the worker did not start")
+            line = self._read(STARTUP_TIMEOUT_S)
+            try:
+                ready = msgspec.json.decode(line or b"", type=_Ready)
+            except msgspec.DecodeError:
+                raise BrokenPipeError("the worker did not start") from None
+            if ready.unjailed and ready.unjailed != self.unjailed:  # said once, not at every restart
+                for why in ready.unjailed:
+                    log.warning("jail unavailable: %s", why)
+            self.unjailed = ready.unjailed
             self.ready = True
 
-    def call(self, job: Job, timeout_s: float) -> Result:
+    def call(self, job: Job, timeout_s: float, probe: str | None = None) -> Result:
         t0 = time.perf_counter()
         if self.proc is None or self.proc.poll() is not None:
             self.kill()
@@ -253,7 +326,9 @@ class _Worker:
             self.wait_ready()
             self.next_id += 1
             cpu = min(MAX_JOB_CPU_S, math.ceil(timeout_s))
-            self.proc.stdin.write(self._encoder.encode(_Request(self.next_id, job, cpu)) + b"\n")
+            if _give_cpu(self.proc.pid, cpu):
+                cpu = 0  # set from outside: the jailed worker cannot change its limits
+            self.proc.stdin.write(self._encoder.encode(_Request(self.next_id, job, cpu, probe)) + b"\n")
             self.proc.stdin.flush()
             line = self._read(timeout_s)
         except queue.Empty:
@@ -320,6 +395,11 @@ class Sandbox:
             self._idle.put(w)
         self._threads = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox")
         self._closed = False
+
+    @property
+    def unjailed(self) -> list[str]:
+        """What of the jail the workers could not apply ([]: all of it holds); valid after ``wait_ready``."""
+        return sorted({why for w in self._workers for why in w.unjailed})
 
     @property
     def restarts(self) -> int:
