@@ -310,6 +310,9 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
 
     plan.out.mkdir(parents=True, exist_ok=True)
     tune_allocator()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per model load and worker drowns the one line per agent-round
     common = build_config({}, plan.settings)
     local, external = common.local_groups, common.external_groups
     cells = [(c, s, config_overrides(c, local, external)) for c, s in (plan.cells or plan.all_cells())]
