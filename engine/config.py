@@ -67,6 +67,11 @@ class NodeConfig:
     format_bonus: float | None = setting(
         None, f"extra reward for a well-formed answer tag, at most {MAX_FORMAT_BONUS} (auto: 0.1 tiny, else 0)",
         auto=True, source="departure from the paper (which has none), for models that start at ~0 reward")
+    frontier: bool = setting(
+        False, "keep each task near the difficulty where this node answers about half right: levels of "
+               "reasoning-gym's curricula move one step up or down with the own success rate (the held-out "
+               "set stays at the mix's settings); with useful selection, swarm groups at this node's levels first",
+        source="issue 21: groups without reward spread train nothing")
     # --- a round (the paper's I, J, L) ---
     local_groups: int = setting(4, "I: own question groups per round", flag="--local", source="paper (4/4 was best)")
     external_groups: int = setting(4, "J: groups from the swarm per round (the budget I + J is kept offline)",
