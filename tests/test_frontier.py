@@ -164,3 +164,32 @@ def test_experiments_compare_with_and_without_the_frontier():
     assert config_overrides("alone", 2, 2)["frontier"] is False
     assert config_overrides("alone+frontier", 2, 2)["frontier"] is True
     assert config_overrides("swarm+useful+frontier", 2, 2)["frontier"] is True
+
+
+# --- starting levels (task_levels) ----------------------------------------------------------
+
+def test_starting_levels_outside_a_ladder_or_the_mix_are_one_line_errors():
+    from engine.errors import SapoError
+
+    mix = build_mix("easy")
+    top = frontier.top_level("gcd", mix[-1].config)
+    frontier.check_levels(mix, {"gcd": top, "chain_sum": 0})
+    with pytest.raises(SapoError, match=f"gcd level {top + 1} is outside its ladder 0..{top}"):
+        frontier.check_levels(mix, {"gcd": top + 1})
+    with pytest.raises(SapoError, match="'bf' is not a task"):
+        frontier.check_levels(mix, {"bf": 1})
+
+
+def test_starting_levels_are_read_from_toml_and_written_back(tmp_path):
+    from engine.config import NodeConfig, build_config, load_toml, to_toml
+    from engine.errors import SapoError
+
+    path = tmp_path / "node.toml"
+    path.write_text("frontier = true\n[task_levels]\ngcd = 2\n")
+    cfg = build_config(load_toml(path), {})
+    assert cfg.frontier and cfg.task_levels == {"gcd": 2}
+    path.write_text(to_toml(cfg))
+    assert build_config(load_toml(path), {}) == cfg
+    assert NodeConfig().task_levels == {} and NodeConfig().frontier is False
+    with pytest.raises(SapoError, match="task levels must be >= 0"):
+        build_config({"task_levels": {"gcd": -1}}, {})

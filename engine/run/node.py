@@ -141,6 +141,9 @@ class Node:
         self.candidates_seen = 0  # verified external groups offered this round, chosen or not
         self.phases = PhaseReporter(events.emit)
         self._resume()
+        frontier.check_levels(self.mix, cfg.task_levels)
+        for task, level in cfg.task_levels.items():  # starting levels; a checkpoint's levels go on instead
+            self.stream.state.levels.setdefault(task, {"level": level, "success": None, "graded": 0})
 
     @property
     def round(self) -> int:

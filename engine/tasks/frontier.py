@@ -21,7 +21,9 @@ Moves (``next_level``): per task, an exponential moving average of the own succe
 fraction of fully correct answers) at the current level; after at least ``MIN_GRADED`` graded
 groups at that level, above ``RAISE_ABOVE`` the level goes up one step, below ``LOWER_BELOW`` down
 one step, never outside [0, top]; a move starts the average afresh. The held-out set stays at
-level 0, so evaluations stay comparable.
+level 0, so evaluations stay comparable. ``task_levels`` sets a task's starting level (checked by
+``check_levels`` before any work: a level outside the ladder is a one-line error); a checkpoint's
+levels go on instead.
 
 Off by default (``frontier``).
 """
@@ -32,12 +34,13 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 import reasoning_gym
 from reasoning_gym.coaching.attributes import AttributeDefinition, RangeAttributeDefinition
 from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
 
+from engine.errors import SapoError
 from engine.tasks.caps import config_within_caps
 
 RAISE_ABOVE = 0.7  # success EMA above which the task gets harder
@@ -178,6 +181,18 @@ def level_of(dataset: str, config: dict[str, Any], spec_config: dict[str, Any]) 
     rungs = _ladder(dataset, _key(config))
     key = _key(spec_config)
     return rungs.index(key) if key in rungs else None
+
+
+def check_levels(mix: Sequence[Any], levels: dict[str, int]) -> None:
+    """Starting levels (``task_levels``) must name tasks of the mix, each within its ladder: else a one-line error."""
+    for task, level in levels.items():
+        entry = next((e for e in mix if e.dataset == task), None)
+        if entry is None:
+            raise SapoError(f"task_levels: {task!r} is not a task of this node's mix")
+        top = top_level(entry.dataset, entry.config)
+        if not 0 <= level <= top:
+            raise SapoError(f"task_levels: {task} level {level} is outside its ladder 0..{top} "
+                            f"(levels end below the size caps of engine/tasks/caps.py)")
 
 
 def update_levels(levels: dict[str, dict[str, Any]], rounds: dict[str, tuple[float, int]],
