@@ -67,6 +67,14 @@ class NodeConfig:
     format_bonus: float | None = setting(
         None, f"extra reward for a well-formed answer tag, at most {MAX_FORMAT_BONUS} (auto: 0.1 tiny, else 0)",
         auto=True, source="departure from the paper (which has none), for models that start at ~0 reward")
+    frontier: bool = setting(
+        False, "keep each task near the difficulty where this node answers about half right: levels of "
+               "reasoning-gym's curricula move one step up or down with the own success rate (the held-out "
+               "set stays at the mix's settings); with useful selection, swarm groups at this node's levels first",
+        source="issue 21: groups without reward spread train nothing")
+    task_levels: dict[str, int] = setting(
+        help="starting difficulty level per task (0 = the mix's settings, up to the top of the task's frontier "
+             "ladder within the size caps); with frontier off the tasks stay there", flag=None, factory=dict)
     # --- a round (the paper's I, J, L) ---
     local_groups: int = setting(4, "I: own question groups per round", flag="--local", source="paper (4/4 was best)")
     external_groups: int = setting(4, "J: groups from the swarm per round (the budget I + J is kept offline)",
@@ -243,7 +251,7 @@ def load_toml(path: Path) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
         key = key.replace("-", "_")
-        if isinstance(value, dict) and key not in ("task_weights", "task_config"):
+        if isinstance(value, dict) and key not in ("task_weights", "task_config", "task_levels"):
             flat.update({k.replace("-", "_"): v for k, v in value.items()})
         else:
             flat[key] = value
@@ -260,8 +268,8 @@ def to_toml(cfg: NodeConfig) -> str:
         if value == getattr(default, f.name) or value is None:
             continue
         if isinstance(value, dict):
-            if f.name == "task_weights":
-                tables.append("[task_weights]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in value.items()))
+            if f.name in ("task_weights", "task_levels"):
+                tables.append(f"[{f.name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in value.items()))
             else:
                 for task, conf in value.items():
                     tables.append(f"[task_config.{task}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in conf.items()))
@@ -337,6 +345,8 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.gpu_layers is None or cfg.gpu_layers >= 0, f"gpu layers must be >= 0, got {cfg.gpu_layers}")
     need(cfg.grad_clip > 0, f"grad clip must be > 0, got {cfg.grad_clip}")
     need(0 <= cfg.eps_low < 1 and cfg.eps_high >= 0, "clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0")
+    bad_level = next((f"{t} = {v}" for t, v in cfg.task_levels.items() if v < 0), None)
+    need(bad_level is None, f"task levels must be >= 0, got {bad_level}")
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")

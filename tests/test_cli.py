@@ -99,6 +99,17 @@ def test_bad_config_files(data, tmp_path):
     assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--config", str(wrong_type)), "completions")
 
 
+def test_a_starting_level_outside_the_caps_is_refused_before_any_work(data, tmp_path):
+    levels = tmp_path / "levels.toml"
+    levels.write_text("[task_levels]\nbf = 1\n")  # bf is not a task of the easy preset
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--model", "smollm2-135m", "--config", str(levels)),
+                          "'bf' is not a task")
+    levels.write_text("[task_levels]\ngcd = 99\n")
+    proc = sapo("run", "--offline", "--data-dir", data, "--model", "smollm2-135m", "--config", str(levels))
+    assert_one_line_error(proc, "gcd level 99 is outside its ladder 0..")
+    assert proc.returncode == 2 and not (Path(data) / "checkpoints").exists()
+
+
 def test_unwritable_data_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -204,3 +204,30 @@ def test_an_evaluating_round_reports_its_cost(tmp_path, model_cache):
     (rnd,) = [e for e in events if e["type"] == "round"]
     assert rnd["eval_s"] == pytest.approx(sum(e["eval_s"] for e in evals), abs=0.02)
     assert rnd["eval_s"] < rnd["round_s"]
+
+
+def test_frontier_levels_are_reported_and_kept_across_a_resume(tmp_path, model_cache):
+    """With --frontier each round event says every task's level; the levels and their averages live in the
+    checkpoint's stream state, and a resumed node goes on from them (engine/tasks/frontier.py)."""
+    from engine.tasks import frontier
+    from engine.tasks.questions import build_mix
+
+    data = _prepare(tmp_path / "data")
+    proc, events = run_engine(data, model_cache, 2, "--frontier", "--local", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rounds = [e for e in events if e["type"] == "round"]
+    assert [set(e["task_levels"]) for e in rounds] == [{"basic_arithmetic"}] * 2
+    state = json.loads((data / "checkpoints" / "round-000002" / "state.json").read_text())
+    saved = state["stream"]["levels"]["basic_arithmetic"]
+    assert saved["level"] == rounds[-1]["task_levels"]["basic_arithmetic"]
+    top = frontier.top_level("basic_arithmetic", build_mix("easy", tasks=["basic_arithmetic"])[0].config)
+    assert 0 <= saved["level"] <= min(top, sum(len(e["level_changes"]) for e in rounds))
+
+    proc, events = run_engine(data, model_cache, 3, "--frontier", "--local", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (third,) = [e for e in events if e["type"] == "round"]
+    after = json.loads((data / "checkpoints" / "round-000003" / "state.json").read_text())["stream"]["levels"]
+    move = third["level_changes"].get("basic_arithmetic", 0)
+    assert after["basic_arithmetic"]["level"] == saved["level"] + move == third["task_levels"]["basic_arithmetic"]
+    if not move:  # the average went on from the checkpoint's: every own group of the round graded on top
+        assert after["basic_arithmetic"]["graded"] == saved["graded"] + third["groups"]

@@ -175,6 +175,8 @@ class Round(Event, tag="round", frozen=True):
     adopted_total: int | None = None
     swarm_groups_per_minute: float | None = None
     rollouts: list[RolloutSample] = []
+    task_levels: dict[str, int] = {}  # frontier: each task's difficulty level after the round (0: the mix's settings)
+    level_changes: dict[str, int] = {}  # frontier: tasks whose level moved this round, +1 or -1
 
 
 class TaskEval(msgspec.Struct, frozen=True):

@@ -10,7 +10,8 @@ Agents take turns within a round (agent 0, 1, ..., N-1), so agent k samples its 
 this round (those before it) and of the last (those after it). A configuration is a name: a base,
 ``alone`` (I + J own groups, no relay) or ``swarm`` (I own + J external, the paper's uniform
 choice), plus modifiers joined with ``+``: ``top``, ``useful`` (``external_selection``), ``fill``
-(``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C).
+(``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C),
+``frontier`` (task levels follow each agent's success rate, engine/tasks/frontier.py).
 
 Configurations are paired within a seed: agent k has the same identity, LoRA initialisation and
 held-out set in every configuration, and draws the same first I own questions of every round in
@@ -66,13 +67,14 @@ QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill", "seeds"
 DEFAULT_CONFIGS = "alone,alone+fill,swarm,swarm+useful+fill"
 # A base name means the paper's way whatever the node's defaults are; modifiers change it.
 PAPER: dict[str, Any] = {"external_selection": "uniform", "fill_dead_slots": False,
-                         "external_negatives": "onpolicy", "importance_cap": 0.0, "share_logprobs": False}
+                         "external_negatives": "onpolicy", "importance_cap": 0.0, "share_logprobs": False, "frontier": False}
 MODIFIERS: dict[str, dict[str, Any]] = {
     "top": {"external_selection": "top"},
     "useful": {"external_selection": "useful"},
     "fill": {"fill_dead_slots": True},
     "drop": {"external_negatives": "drop"},
     "topr": {"external_negatives": "topr", "share_logprobs": True},
+    "frontier": {"frontier": True},
 }
 
 
@@ -139,7 +141,8 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "groups_dropped", "external_groups", "external_candidates", "dead_slots_filled", "external_reward_mean",
               "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
               "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
-              "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens")
+              "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens",
+              "task_levels", "level_changes")
 
 
 def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any], model: str = "") -> dict[str, Any]:

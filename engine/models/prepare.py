@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 from engine.config import NodeConfig, resolve_auto
 from engine.paths import default_cache_dir, default_threads
+from engine.tasks.frontier import check_levels
 from engine.tasks.questions import build_mix
 from wire import events as ev
 
@@ -58,6 +59,7 @@ def prepare_model(cfg: NodeConfig, events: Reporter | None = None, *, weights: s
     check_tokenizer(info)
     check_lora_targets(info.architecture, cfg.lora_targets)
     cfg = resolve_auto(cfg, info.n_params, threads or default_threads())
+    check_levels(build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config), cfg.task_levels)  # the preset now known
     path = working_gguf(source, weights or cfg.weights, default_cache_dir() / "models")
     return PreparedModel(name, source, path, info.architecture, info.n_params, cfg)
 

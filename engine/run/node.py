@@ -26,7 +26,8 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 - the budget I + J is kept when the swarm gives fewer than J groups (more own questions).
 - options measured in docs/RESULTS.md (off by default unless the data say otherwise): which
   external groups to train on (engine/sharing/selection.py), refilling slots of own groups without spread
-  (``fill_dead_slots``), and weights for off-policy tokens (engine/learning/offpolicy.py).
+  (``fill_dead_slots``), weights for off-policy tokens (engine/learning/offpolicy.py), and task levels
+  that follow the own success rate (``frontier``, engine/tasks/frontier.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from engine.sandbox.workers import score_groups
 from engine.sharing.admission import Verifier, cap_external_tokens
 from engine.sharing.selection import Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy
 from engine.sharing.swarm_client import SwarmClient
+from engine.tasks import frontier
 from engine.tasks.groups import Completion, ScoredGroup, summarize
 from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed,
                                     heldout_set, question_key)
@@ -90,6 +92,7 @@ class RoundWork:
     swap_ms: float = 0.0
     checkpoint_ms: float = 0.0
     eval_s: float = 0.0
+    level_changes: dict[str, int] = field(default_factory=dict)  # frontier: task -> +1 / -1
 
 
 class Node:
@@ -111,7 +114,8 @@ class Node:
         self.heldout = heldout_set(self.mix, cfg.eval_per_task)
         self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
         self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)  # the first I draws of a round
-        self.extra_stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout, lane="extra")  # any beyond
+        self.extra_stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout, lane="extra",  # any beyond
+                                           levels_from=self.stream)
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
         self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
                                      logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
@@ -139,6 +143,9 @@ class Node:
         self.candidates_seen = 0  # verified external groups offered this round, chosen or not
         self.phases = PhaseReporter(events.emit)
         self._resume()
+        frontier.check_levels(self.mix, cfg.task_levels)
+        for task, level in cfg.task_levels.items():  # starting levels; a checkpoint's levels go on instead
+            self.stream.state.levels.setdefault(task, {"level": level, "success": None, "graded": 0})
 
     @property
     def round(self) -> int:
@@ -289,8 +296,18 @@ class Node:
         self.phases.start(r.number, "swapping")
         r.swap_ms = self.sync.sync(self.policy) if r.train and r.train.tokens else 0.0
 
+    def _move_levels(self, r: RoundWork) -> None:
+        """Frontier: each task's level one step towards a success rate of about 0.5 (engine/tasks/frontier.py)."""
+        if not self.cfg.frontier:
+            return
+        by_task = Counter(g.question.spec.dataset for g in r.own)
+        rounds = {task: (v["accuracy"], by_task[task]) for task, v in _per_task(r.own).items()}
+        tops = {e.dataset: frontier.top_level(e.dataset, e.config) for e in self.mix}
+        self.stream.state.levels, r.level_changes = frontier.update_levels(self.stream.state.levels, rounds, tops)
+
     def _record(self, r: RoundWork) -> None:
         assert r.train is not None
+        self._move_levels(r)
         self.state.round = r.number
         self.state.stream = dataclasses.asdict(self.stream.state)
         self.state.extra_stream = dataclasses.asdict(self.extra_stream.state)
@@ -337,6 +354,9 @@ class Node:
             "own_questions": [question_key(g.question) for g in r.own],
             **self._swarm_metrics(r),
         }
+        if self.cfg.frontier:
+            metrics["task_levels"] = {e.dataset: self.stream.level(e.dataset) for e in self.mix}
+            metrics["level_changes"] = r.level_changes
         if r.eval_s:
             metrics["eval_s"] = round(r.eval_s, 2)
         metrics["round_s"] = round(round_s, 3)
@@ -376,10 +396,18 @@ class Node:
         self.rejected_total.update(rejected)
         self.candidates_seen = len(out)
         cands = [Candidate(g.question.spec.dataset, summarize([g])["accuracy"], summarize([g])["reward_mean"],
-                           has_spread(g.rewards)) for g in out]
+                           has_spread(g.rewards), self._level_distance(g.question.spec)) for g in out]
         rng = random.Random(derive_seed("external", self.node_id, self.cfg.seed, rnd))
         chosen = [out[i] for i in rank(cands, self.cfg.external_selection, self.task_accuracy, rng)]
         return chosen[:self.cfg.external_groups], chosen[self.cfg.external_groups:]
+
+    def _level_distance(self, spec: Any) -> int:
+        """Frontier: levels between a peer's spec and this node's current level of its task (0: unknown or off)."""
+        if not self.cfg.frontier:
+            return 0
+        entry = next((e for e in self.mix if e.dataset == spec.dataset), None)
+        level = frontier.level_of(entry.dataset, entry.config, spec.config) if entry is not None else None
+        return 0 if level is None else abs(level - self.stream.level(spec.dataset))
 
     def _publish(self, groups: list[ScoredGroup], rnd: int) -> int:
         """Share groups with reward spread (the relay refuses the others); returns how many were accepted."""

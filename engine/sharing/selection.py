@@ -6,7 +6,9 @@ Selection (``external_selection``), over candidates the node has already verifie
 - ``useful``: groups this node can learn from: success rate (fully correct answers, under this
   node's re-scoring) strictly between 0 and 1, closest to 0.5 first (the learning signal of a
   group peaks there: online difficulty filtering, arXiv 2504.03380; ExGRPO prefers 25-75 %),
-  weighted up for tasks this node currently fails.
+  weighted up for tasks this node currently fails and, with ``frontier``, down by the distance
+  between the group's level of its task and this node's (engine/tasks/frontier.py): a peer's group
+  from this node's own frontier first.
 
 Budget (``fill_dead_slots``): the paper counts *drawn* groups (I own + J external); own groups
 without reward spread then train nothing. Filling dead slots keeps the number of *trained*
@@ -32,6 +34,7 @@ class Candidate:
     success: float  # fraction of completions fully correct
     reward_mean: float
     spread: bool  # rewards differ: the group has a GRPO signal
+    distance: int = 0  # levels between the group's task settings and this node's current ones (frontier)
 
 
 def usefulness(success: float, task_accuracy: float) -> float:
@@ -52,7 +55,8 @@ def rank(candidates: Sequence[Candidate], mode: str, task_accuracy: Mapping[str,
     if mode == "useful":
         eligible = [i for i, c in enumerate(candidates) if c.spread and 0.0 < c.success < 1.0]
         return sorted(eligible, key=lambda i: -usefulness(candidates[i].success,
-                                                          task_accuracy.get(candidates[i].task, UNKNOWN_ACCURACY)))
+                                                          task_accuracy.get(candidates[i].task, UNKNOWN_ACCURACY))
+                      / (1 + candidates[i].distance))
     raise ValueError(f"unknown external selection {mode!r}: choose one of {', '.join(SELECTIONS)}")
 
 

@@ -14,7 +14,8 @@ e.g. the year of a leap-year question) is held out is skipped, and few-shot exam
 held-out questions.
 
 A peer's spec is only regenerated if this node would draw it itself (``admit``): its exact
-dataset and settings are one of the node's mix or, with ``external_any_task``, within the
+dataset and settings are one of the node's mix, at any level of its frontier ladder
+(engine/tasks/frontier.py), or, with ``external_any_task``, within the
 size caps of ``ANY_TASK_CAPS``; the index is below ``MAX_INDEX``. Datasets are built with
 ``size = MAX_INDEX``, never more (some precompute a list that long).
 """
@@ -31,6 +32,8 @@ from typing import Any, Callable
 import reasoning_gym
 
 from engine.errors import SapoError
+from engine.tasks import frontier
+from engine.tasks.caps import ANY_TASK_CAPS, config_within_caps
 from engine.tasks.rewards import ANSWER_CLOSE, ANSWER_OPEN, tagged
 from engine.tasks.worked_examples import worked_answer
 from wire.protocol import TaskSpec
@@ -172,60 +175,25 @@ def _spec(entry: TaskEntry, seed: int, index: int) -> TaskSpec:
 
 # --- which peer specs a node regenerates ------------------------------------------------------
 
-# With ``external_any_task``: the datasets a node accepts outside its own mix, and for each the
-# settings it accepts with their largest value (a number) or None (a flag, a word or a short
-# list of words). Sized so that one item takes milliseconds to generate and to score; every
-# other dataset or setting is refused before reasoning-gym sees it.
-ANY_TASK_CAPS: dict[str, dict[str, float | None]] = {
-    "arc_1d": {"min_size": 30, "max_size": 30, "num_train": 5},
-    "base_conversion": {"min_base": 36, "max_base": 36, "min_value": 10**6, "max_value": 10**6},
-    "basic_arithmetic": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "operators": None,
-                         "allow_parentheses": None, "allow_negation": None, "format_style": None,
-                         "whitespace": None},
-    "bf": {"difficulty": 2},  # difficulty 3 takes seconds per item
-    "binary_matrix": {"min_n": 12, "max_n": 12, "p_zero": 1.0},
-    "calendar_arithmetic": {"year": 9999, "tasks": None, "offset_upper_bound": 1000, "leap_year_range": 1000},
-    "chain_sum": {"min_terms": 8, "max_terms": 8, "min_digits": 6, "max_digits": 6, "allow_negation": None},
-    "decimal_arithmetic": {"min_num_decimal_places": 6, "max_num_decimal_places": 6, "min_terms": 8,
-                           "max_terms": 8, "precision": 28},
-    "fraction_simplification": {"min_value": 10**4, "max_value": 10**4, "min_factor": 1000, "max_factor": 1000,
-                                "styles": None},
-    "propositional_logic": {"min_vars": 6, "max_vars": 6, "min_statements": 6, "max_statements": 6,
-                            "min_complexity": 4, "max_complexity": 4},
-}
-MAX_LIST_ITEMS = 8
-MAX_WORD_CHARS = 32
-
-
 def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) -> str | None:
     """None if this node would regenerate a peer's spec, else the reason (``foreign_task``, ``bad_spec``).
 
-    Pure and cheap: runs before any reasoning-gym code sees the spec.
+    Its own tasks at any level of their frontier ladder (engine/tasks/frontier.py: within the caps) are
+    admitted whether or not this node moves its own levels. Pure and cheap: runs before any reasoning-gym
+    code sees the spec (a ladder is computed from the node's own configs only, once).
     """
     if spec.index >= MAX_INDEX:
         return "bad_spec"
     key = _config_key(spec.config)
     if any(e.dataset == spec.dataset and _config_key(e.config) == key for e in mix):
         return None
+    if any(e.dataset == spec.dataset and frontier.level_of(e.dataset, e.config, spec.config) is not None for e in mix):
+        return None
     if not any_task:
         return "foreign_task"
-    caps = ANY_TASK_CAPS.get(spec.dataset)
-    if caps is None:
+    if spec.dataset not in ANY_TASK_CAPS:
         return "foreign_task"
-    for name, value in spec.config.items():
-        if name not in caps:
-            return "bad_spec"
-        if not _within(value, caps[name]):
-            return "bad_spec"
-    return None
-
-
-def _within(value: Any, cap: float | None) -> bool:
-    if cap is not None:  # a number, 0..cap (bool is an int in Python: not a number here)
-        return type(value) in (int, float) and 0 <= value <= cap
-    if isinstance(value, list):
-        return len(value) <= MAX_LIST_ITEMS and all(_within(v, None) and not isinstance(v, list) for v in value)
-    return value is None or isinstance(value, bool) or (isinstance(value, str) and len(value) <= MAX_WORD_CHARS)
+    return None if config_within_caps(spec.dataset, spec.config) else "bad_spec"
 
 
 # --- held-out questions and what counts as the same question ---------------------------------
@@ -289,6 +257,7 @@ class StreamState:
 
     draws: int = 0
     next_index: dict[str, int] = field(default_factory=dict)
+    levels: dict[str, dict[str, Any]] = field(default_factory=dict)  # task -> frontier.TaskLevel as a dict
 
 
 class QuestionStream:
@@ -298,10 +267,12 @@ class QuestionStream:
     questions of a round from lane "main" and any beyond (the J a node alone makes instead of
     receiving, refills of dead slots) from lane "extra", so that within a seed every configuration
     of an experiment trains on the same own questions in the same order (engine/lab/experiment.py).
+    A second lane takes its task levels from the main one (``levels_from``): one frontier per node.
     """
 
     def __init__(self, mix: tuple[TaskEntry, ...], node_id: str, seed: int, heldout: list[Question],
-                 state: StreamState | None = None, lane: str = "main") -> None:
+                 state: StreamState | None = None, lane: str = "main",
+                 levels_from: "QuestionStream | None" = None) -> None:
         self.mix = mix
         self.node_id = node_id
         self.seed = seed
@@ -309,6 +280,7 @@ class QuestionStream:
         self._excluded = {question_key(q) for q in heldout}
         # The main lane keeps the seeds it always had: checkpoints from before lanes draw on unchanged.
         self._lane: tuple[str, ...] = () if lane == "main" else (lane,)
+        self._levels = levels_from or self
 
     def _task_seed(self, entry: TaskEntry) -> int:
         return derive_seed("train", self.node_id, self.seed, *self._lane, entry.dataset, _config_key(entry.config))
@@ -323,7 +295,18 @@ class QuestionStream:
             out.append(self._next_of(entry))
         return out
 
+    def level(self, dataset: str) -> int:
+        """The task's current frontier level (0: the mix's settings; moved only with ``frontier``)."""
+        return int(self._levels.state.levels.get(dataset, {}).get("level", 0))
+
+    def at_level(self, entry: TaskEntry) -> TaskEntry:
+        """A task of the mix with the settings of its current level."""
+        level = self.level(entry.dataset)
+        return entry if level == 0 else TaskEntry(entry.dataset, entry.weight,
+                                                  frontier.config_at(entry.dataset, entry.config, level))
+
     def _next_of(self, entry: TaskEntry) -> Question:
+        entry = self.at_level(entry)
         key = f"{entry.dataset}:{_config_key(entry.config)}"
         seed = self._task_seed(entry)
         # Bounded: tiny task spaces (one-digit sums) can be mostly held out.
@@ -400,8 +383,8 @@ def build_messages(question: str, fewshot: list[dict[str, str]], system: bool = 
 class Prompts:
     """A node's prompt for any question: its chat template (``render``), its few-shot examples.
 
-    Examples only for tasks of its own mix (a peer's settings are never generated outside the
-    sandbox), never a held-out question (``exclude``: content keys). ``prompts``: a style of
+    Examples only for tasks of its own mix, at any level of their frontier ladder (a peer's other
+    settings are never generated outside the sandbox), never a held-out question (``exclude``: content keys). ``prompts``: a style of
     ``PROMPT_STYLES`` for every task, or "new" (each task's measured choice).
     """
 
@@ -421,6 +404,9 @@ class Prompts:
         if cached is None:
             worked, system = style_for(q.spec.dataset, self.prompts)
             entry = next((e for e in self.mix if (e.dataset, _config_key(e.config)) == key), None)
+            if entry is None:  # a level of an own task (frontier): settings this node draws itself
+                entry = next((TaskEntry(e.dataset, e.weight, dict(q.spec.config)) for e in self.mix if e.dataset == key[0]
+                              and frontier.level_of(e.dataset, e.config, q.spec.config) is not None), None)
             shots = fewshot_messages(entry, self.fewshot, self.exclude, worked) if entry is not None else []
             cached = self._shots[key] = (shots, system)
         return build_messages(q.question, cached[0], cached[1])
