@@ -9,7 +9,7 @@ import torch
 
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.policy import attach_lora, lora_config
-from engine.learning.packing import MIN_SHARED, completion_mask, make_batch, prompt_mask, shared_length
+from engine.learning.packing import MIN_SHARED, completion_mask, make_batch, plan_prefixes, prompt_mask
 from engine.learning.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
 
@@ -61,14 +61,14 @@ def groups(seed: int = 1) -> list[TrainGroup]:
 
 def preamble_groups(seed: int = 2) -> list[TrainGroup]:
     """Five groups whose prompts begin alike, as a node's do: a common root (chat template and system
-    prompt) of 9 tokens, then one of two task preambles (6 tokens), then a 1-5 token question."""
+    prompt) of 9 tokens, then one of two task preambles (MIN_SHARED tokens), then a 1-5 token question."""
     g = torch.Generator().manual_seed(seed)
 
     def ids(lo: int, hi: int) -> list[int]:
         return torch.randint(0, 97, (int(torch.randint(lo, hi, (1,), generator=g)),), generator=g).tolist()
 
     root = ids(9, 10)
-    tasks = [root + [1, 2, 3, 4, 5, 6], root + [7, 8, 9, 10, 11, 12]]
+    tasks = [root + list(range(1, 1 + MIN_SHARED)), root + list(range(20, 20 + MIN_SHARED))]
     out = []
     for k, n in enumerate((4, 3, 4, 2, 4)):
         out.append(TrainGroup(tasks[k % 2] + ids(1, 6), [ids(1, 9) for _ in range(n)],
@@ -134,24 +134,33 @@ def test_batch_layout_packs_each_groups_completions_and_points_targets_at_the_po
     assert b.source.tolist() == [2, 6, 2, 3, 9, 10]
 
 
-def test_a_common_beginning_is_laid_out_once():
+def test_a_batch_after_its_beginnings_is_laid_out_from_their_end():
     root = list(range(10, 10 + MIN_SHARED))
-    b = make_batch([root + [5, 6], root + [7]], [[1, 2], [3], [4, 4, 4]], rows=[0, 0, 1], pad_id=0)
     C = MIN_SHARED
-    assert b.shared_ids.tolist() == root and b.computed_prompt_tokens == C + 3
+    b = make_batch([root + [5, 6], root + [7]], [[1, 2], [3], [4, 4, 4]], rows=[0, 0, 1], pad_id=0,
+                   prefix_lens=[C, C])
+    assert b.prefix_lens.tolist() == [C, C]
     assert b.prompt_ids.tolist() == [[5, 6], [7, 0]] and b.prompt_lens.tolist() == [2, 1]
     assert b.positions.tolist() == [[C + 2, C + 3, C + 2], [C + 1, C + 2, C + 3]]  # true positions go on
-    # cat(shared (C), rests (2 x 2), completions (2 x 3)): each first token from its prompt's last position
-    assert b.source.tolist() == [C + 1, C + 4, C + 1, C + 2, C + 7, C + 8]
+    # cat(rests (2 x 2), completions (2 x 3)): each first token from its prompt's last position
+    assert b.source.tolist() == [1, 4, 1, 2, 7, 8]
 
 
-def test_shared_length_leaves_each_prompt_a_token_and_skips_short_beginnings():
-    root = list(range(MIN_SHARED + 2))
-    assert shared_length([root + [1], root + [2], root + [3, 4]]) == MIN_SHARED + 2
-    assert shared_length([root, root + [1]]) == MIN_SHARED + 1  # the shorter prompt keeps its last token
-    assert shared_length([root, root]) == MIN_SHARED + 1
-    assert shared_length([root[:MIN_SHARED - 1] + [1], root[:MIN_SHARED - 1] + [2]]) == 0  # too short to pay
-    assert shared_length([root + [1]]) == 0  # one prompt: nothing to share
+def test_the_plan_runs_the_root_and_each_tasks_preamble_once():
+    root = list(range(100, 100 + MIN_SHARED))
+    task_a, task_b = root + list(range(MIN_SHARED)), root + list(range(50, 50 + MIN_SHARED))
+    prompts = [task_a + [1], task_b + [2], task_a + [3, 3], task_b + [4], root + [9, 9]]
+    plan = plan_prefixes(prompts)
+    assert plan.families[0] == tuple(root)
+    assert set(plan.families[1:]) == {tuple(task_a), tuple(task_b)}
+    assert [plan.prefix_len(p) for p in prompts] == [len(task_a), len(task_b), len(task_a), len(task_b), len(root)]
+    assert plan.tokens == len(root) + 2 * MIN_SHARED  # the root once, each preamble's own part once
+    # every prompt keeps a token of its own; a repeated prompt (a split group) shares all but its last
+    same = plan_prefixes([task_a + [1], task_a + [1]])
+    assert same.prefix_len(task_a + [1]) == len(task_a)
+    assert plan_prefixes([root + [1]]).tokens == 0  # one prompt: nothing to share
+    short = [list(range(MIN_SHARED - 1)) + [1], list(range(MIN_SHARED - 1)) + [2]]
+    assert plan_prefixes(short).tokens == 0  # too short to pay for a pass of its own
 
 
 def test_masks_hide_padding_the_future_and_other_completions():
@@ -244,9 +253,9 @@ def test_shared_prefix_equals_per_sequence_on_other_architectures(arch):
                                         ("gemma3_text", None)])
 @pytest.mark.parametrize("micro, ckpt", [(100, "never"), (8, "always"), (6, "never")])
 def test_a_common_beginning_run_once_changes_nothing(arch, attn, micro, ckpt):
-    """Prompts that begin alike (issue 22): the beginning runs once per micro-batch (all five groups share
-    a root; pairs of one task share their preamble too), with the loss, log-probs and LoRA gradients of
-    every completion run with its own whole prompt. Gemma's window (4) is shorter than any prompt."""
+    """Prompts that begin alike (issue 22): the root all five share and each task's preamble run once per
+    update, whatever the micro-batches, with the loss, log-probs and LoRA gradients of every completion
+    run with its own whole prompt. Gemma's window (4) is shorter than any prompt."""
     ref_stats, ref = run(tiny_policy(arch=arch, attn=attn), preamble_groups(), micro_batch=1, shared_prefix=False,
                          checkpointing="never")
     stats, got = run(tiny_policy(arch=arch, attn=attn), preamble_groups(), micro_batch=micro, checkpointing=ckpt)
@@ -254,10 +263,9 @@ def test_a_common_beginning_run_once_changes_nothing(arch, attn, micro, ckpt):
     assert stats.logprob_mean == pytest.approx(ref_stats.logprob_mean, rel=EXACT)
     assert_same_grads(got, ref)
     once_per_group = sum(len(g.prompt_ids) for g in preamble_groups())
-    if stats.micro_batches == 1:
-        assert stats.prompt_tokens == once_per_group - 4 * 9  # the 9-token root once, not five times
-    else:
-        assert stats.prompt_tokens < once_per_group  # groups of one task paired: their preamble once
+    # the 9-token root once, each task's preamble once: 5 groups' rests + 9 + 2 x MIN_SHARED
+    rests = sum(len(g.prompt_ids) - 9 - MIN_SHARED for g in preamble_groups())
+    assert stats.prompt_tokens == rests + 9 + 2 * MIN_SHARED < once_per_group
 
 
 def test_a_sliding_window_changes_the_result():

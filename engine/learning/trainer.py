@@ -1,7 +1,8 @@
 """One GRPO update of the LoRA policy per round.
 
 Speed and memory are the point of this module.
-- Shared prefix: a group's prompt runs once (forward and backward) for its L completions
+- Shared prefix: a group's prompt runs once (forward and backward) for its L completions, and the
+  beginnings the update's prompts share (system prompt, a task's worked examples) once per update
   (``engine.learning.packing``); a micro-batch is a set of whole groups. The per-sequence path (each
   completion with its own copy of the prompt) stays as the reference the tests and the
   benchmark compare against (``shared_prefix=False``).
@@ -36,7 +37,8 @@ from engine.models.accel import MAX_AUTO_BUDGET
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.grpo import clipped_token_loss
 from engine.learning.offpolicy import token_weights
-from engine.learning.packing import hidden_for_targets, make_batch, shared_length
+from engine.learning.packing import (PrefixCache, PrefixPlan, gather_prefixes, hidden_for_targets, make_batch,
+                                     plan_prefixes, run_prefixes)
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes
 
 # peft still asks for transformers' old checkpointing property names; nothing for a user to act on.
@@ -228,29 +230,36 @@ class Trainer:
         self.layers = list(self.decoder.layers)
         for layer in self.layers:
             _checkpointable(layer)
+        self._prefixes = PrefixPlan(((),), {})  # the current update's shared prompt beginnings
         model.train()
 
     # --- one micro-batch: packed completion-token log-probs and their advantages ---
     def _shape(self, batch: list[Unit]) -> BatchShape:
         if self.cfg.shared_prefix:
             groups = [u for u in batch if isinstance(u, TrainGroup)]
-            C = shared_length([g.prompt_ids for g in groups])  # run once, as one row
-            P = max(len(g.prompt_ids) for g in groups) - C
+            cuts = [self._prefixes.prefix_len(g.prompt_ids) for g in groups]  # run before, once per update
+            C = max(cuts)
+            P = max(len(g.prompt_ids) - c for g, c in zip(groups, cuts))
             S = max(sum(len(c) for c in g.completions) for g in groups)  # a group's completions, packed
             G = len(groups)
-            return BatchShape(C + G * (P + S), C + G * (C + P + C + P + S))
+            return BatchShape(G * (P + S), G * (C + P + C + P + S))
         seqs = [u for u in batch if isinstance(u, TrainSequence)]
         T = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
         return BatchShape(len(seqs) * T, len(seqs) * T)
 
-    def _forward(self, batch: list[Unit]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log-probs, advantages), one per completion token, packed in completion order."""
+    def _forward(self, batch: list[Unit], prefixes: list[PrefixCache | None] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probs, advantages), one per completion token, packed in completion order; ``prefixes``:
+        the update's prompt beginnings (``run_prefixes``), whose keys/values the groups attend to."""
         if self.cfg.shared_prefix:
             groups = [u for u in batch if isinstance(u, TrainGroup)]
             rows = [g for g, grp in enumerate(groups) for _ in grp.completions]
             comps = [c for grp in groups for c in grp.completions]
-            layout = make_batch([g.prompt_ids for g in groups], comps, rows, self.pad_id)
-            hidden, targets = hidden_for_targets(self.decoder, layout), layout.targets
+            fams = [self._prefixes.family_of.get(tuple(g.prompt_ids), 0) for g in groups]
+            cuts = [self._prefixes.prefix_len(g.prompt_ids) if prefixes is not None else 0 for g in groups]
+            layout = make_batch([g.prompt_ids for g in groups], comps, rows, self.pad_id, cuts)
+            prefix = gather_prefixes(prefixes, fams, cuts) if prefixes is not None else None
+            hidden, targets = hidden_for_targets(self.decoder, layout, prefix), layout.targets
             adv = [a for g in groups for a in g.advantages]
         else:
             seqs = [u for u in batch if isinstance(u, TrainSequence)]
@@ -261,10 +270,42 @@ class Trainer:
         return lp, torch.repeat_interleave(torch.tensor(adv, dtype=torch.float32), lens).to(self.device)
 
     def _prompt_tokens(self, batch: list[Unit]) -> int:
-        """Prompt tokens a micro-batch computes: once per group part, a common beginning once."""
-        prompts = [u.prompt_ids for u in batch]
-        return sum(map(len, prompts)) - (len(prompts) - 1) * shared_length(prompts) if self.cfg.shared_prefix \
-            else sum(map(len, prompts))
+        """Prompt tokens a micro-batch computes: each group part's rest after its update-wide beginning."""
+        return sum(len(u.prompt_ids) - (self._prefixes.prefix_len(u.prompt_ids) if self.cfg.shared_prefix else 0)
+                   for u in batch)
+
+    def _run_prefixes(self, grad: bool) -> tuple[list[PrefixCache | None], list[PrefixCache | None]]:
+        """The update's beginnings, run once: (their caches, with autograd history; the leaves the
+        micro-batches attend to, whose gradients sum over micro-batches). Without grad, both the same."""
+        self._set_checkpointing(False)
+        caches = run_prefixes(self.decoder, self._prefixes)
+        if not grad:
+            return caches, caches
+        leaves: list[PrefixCache | None] = []
+        for c in caches:
+            if c is None:
+                leaves.append(None)
+                continue
+            leaf = PrefixCache()
+            leaf.keys = {n: t.detach().requires_grad_() for n, t in c.keys.items()}
+            leaf.values = {n: t.detach().requires_grad_() for n, t in c.values.items()}
+            leaves.append(leaf)
+        return caches, leaves
+
+    @staticmethod
+    def _backward_prefixes(caches: list[PrefixCache | None], leaves: list[PrefixCache | None]) -> None:
+        """The gradient summed at the beginnings' keys/values, back through their passes, once."""
+        outs, grads = [], []
+        for c, leaf in zip(caches, leaves):
+            if c is None or leaf is None:
+                continue
+            for mine, theirs in ((c.keys, leaf.keys), (c.values, leaf.values)):
+                for n, t in mine.items():
+                    if theirs[n].grad is not None:
+                        outs.append(t)
+                        grads.append(theirs[n].grad)
+        if outs:
+            torch.autograd.backward(outs, grads)
 
     def _sequence_hidden(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each sequence whole (prompt + completion): hidden states predicting its completion tokens."""
@@ -348,7 +389,8 @@ class Trainer:
         """Per micro-batch, packed completion-token log-probs under the current policy (no grad)."""
         was_training = self.model.training
         self.model.eval()
-        out = [self._forward(batch)[0] for batch in batches]
+        prefixes = self._run_prefixes(grad=False)[1] if self.cfg.shared_prefix else None
+        out = [self._forward(batch, prefixes)[0] for batch in batches]
         self.model.train(was_training)
         return out
 
@@ -359,10 +401,12 @@ class Trainer:
         groups = _clean(groups)
         if not groups:
             return TrainStats(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+        self._prefixes = plan_prefixes([g.prompt_ids for g in groups]) if self.cfg.shared_prefix \
+            else PrefixPlan(((),), {})
         batches = self._batches(groups)
         total_tokens = sum(len(c) for g in groups for c in g.completions)
         n_seqs = sum(len(g.completions) for g in groups)
-        prompt_tokens = sum(self._prompt_tokens(batch) for batch in batches)  # as computed
+        prompt_tokens = self._prefixes.tokens + sum(self._prompt_tokens(batch) for batch in batches)  # as computed
         per_group = sum(len(u.prompt_ids) for batch in batches for u in batch)
         old = self._logprobs(batches) if self.cfg.iterations > 1 else None
         checkpointed = act_bytes = 0
@@ -370,13 +414,14 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = low = high = lp_sum = 0.0
             checkpointed = 0
+            caches, leaves = self._run_prefixes(grad=True) if self.cfg.shared_prefix else ([], None)
             for i, batch in enumerate(batches):
                 shape = self._shape(batch)
                 ckpt = self.plan.checkpoint(shape)
                 self._set_checkpointing(ckpt)
                 meter = SavedBytes(self._frozen)
                 with meter:
-                    lp, adv = self._forward(batch)
+                    lp, adv = self._forward(batch, leaves)
                 act_bytes = max(act_bytes, meter.bytes)
                 if ckpt:
                     checkpointed += 1
@@ -396,6 +441,8 @@ class Trainer:
                 if on_micro_batch is not None:  # progress for the app: micro-batches done, of how many
                     on_micro_batch(i + 1, len(batches))
             self._set_checkpointing(False)
+            if leaves is not None:
+                self._backward_prefixes(caches, leaves)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
