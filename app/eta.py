@@ -10,8 +10,9 @@ either (the screen then says when there will be one).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 # The order of a round's phases (engine/run/node.py ``run_round``); a phase may be skipped.
 ORDER = ("external", "generating", "sharing", "training", "swapping", "evaluating", "checkpointing")
