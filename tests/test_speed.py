@@ -138,3 +138,13 @@ def test_offline_the_recommendation_is_a_model_on_disk():
     offline = build_report(hw, None, offline=True)
     assert offline.offline and offline.recommended == "smollm2-135m"  # qwen is not downloaded here
     assert "only models already on this computer" in offline.reason
+
+
+def test_only_rounds_of_the_estimates_size_refine_it():
+    from engine.models.catalog import bundled_entry
+    from engine.models.speed import estimated_shape
+
+    tiny = bundled_entry().n_params
+    assert estimated_shape(4, 96, 8, tiny)  # the auto defaults for a tiny model, I + J = 4 + 4
+    assert not estimated_shape(4, 24, 4, tiny)  # a test's small rounds would make the estimate wrong for all
+    assert estimated_shape(8, 256, 8, by_name("qwen2.5-1.5b").n_params)  # larger models: L = 8, 256 tokens

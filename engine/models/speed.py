@@ -50,13 +50,24 @@ REAL_ROUNDS = 5  # a model's last real rounds kept: its estimate is their median
 # apart)
 
 
+def shape(n_params: int) -> tuple[int, int]:
+    """Completions per question and max tokens per answer that the estimate assumes (the auto defaults)."""
+    return (4, 96) if n_params < TINY_PARAMS else (8, 256)
+
+
+def estimated_shape(completions: int, max_tokens: int, groups: int, n_params: int) -> bool:
+    """A run's rounds are the estimate's kind of round: its default size (tests' and experiments' small or big
+    rounds would make it wrong for everyone else)."""
+    return (completions, max_tokens) == shape(n_params) and groups == ROUND_GROUPS
+
+
 def estimate_round_s(entry: CatalogEntry, speed: Speed) -> float:
     """Expected seconds of one round with the default settings for this model's size: its real rounds' when it
     has run here."""
     if speed.round_s.get(entry.name):
         return statistics.median(speed.round_s[entry.name])
     tiny = entry.n_params < TINY_PARAMS
-    completions, max_tokens = (4, 96) if tiny else (8, 256)
+    completions, max_tokens = shape(entry.n_params)
     seqs = ROUND_GROUPS * completions
     answer = max_tokens * ANSWER_FILL
     scale = entry.n_params / bundled_entry().n_params

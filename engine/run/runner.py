@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
                 if control.threads:
                     node.set_threads(control.threads)
                     threads, control.threads = control.threads, None
-            _refine_estimate(threads, model, node.run_round())
+            _refine_estimate(threads, model, cfg, node.run_round())
             if control is not None and (target is None or node.round < target):
                 control.round_done()  # a pending finish pauses here
         events.emit(ev.Stop(round=node.round, reason=stop.reason or "finished"))
@@ -111,11 +111,14 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     return 0
 
 
-def _refine_estimate(threads: int, model: Any, metrics: dict[str, Any]) -> None:
-    """Real rounds replace the models report's round-time estimate (engine/models/speed.py); never fatal."""
-    from engine.models.speed import record_round
+def _refine_estimate(threads: int, model: Any, cfg: Any, metrics: dict[str, Any]) -> None:
+    """Real rounds of the default size replace the models report's round-time estimate (engine/models/speed.py);
+    never fatal."""
+    from engine.models.speed import estimated_shape, record_round
     from engine.paths import default_cache_dir
 
+    if not estimated_shape(cfg.completions, cfg.max_tokens, cfg.local_groups + cfg.external_groups, model.n_params):
+        return
     try:
         record_round(default_cache_dir(), threads, model.name, model.n_params, metrics)
     except (OSError, ValueError, KeyError):
