@@ -96,6 +96,8 @@ class RunModel:
     round_t0: float | None = None
     phase_t0: float | None = None
     spent: dict[str, float] = field(default_factory=dict)
+    paused_at: float | None = None  # a pause's time is no round's: the clocks above skip it
+    last_eval_s: float | None = None  # the last practice test's seconds (its eval event's)
 
     @property
     def current_round(self) -> int:
@@ -114,6 +116,7 @@ class RunModel:
             case ev.StateChanged():
                 self.state = event.state
                 self.pausing = False  # the engine's own word on its state replaces what was asked
+                self._pause_clock(event)
                 if event.state in ("paused", "stopping"):
                     self.phase = None if event.state == "stopping" else self.phase
             case ev.PhaseProgress():
@@ -137,6 +140,7 @@ class RunModel:
                 self._round(event)
             case ev.Eval():
                 self.evals.append((event.round, event.eval_accuracy, event.eval_sampled_reward))
+                self.last_eval_s = event.eval_s
             case ev.History():
                 self._history(event)
             case ev.Relay():
@@ -147,6 +151,15 @@ class RunModel:
                 self.rank = event.rank
                 if event.you is not None:
                     self.shared_total, self.adopted_total = event.you.groups_shared, event.you.groups_adopted
+
+    def _pause_clock(self, s: ev.StateChanged) -> None:
+        if s.state == "paused":
+            self.paused_at = self.paused_at or s.time
+        elif self.paused_at is not None:
+            away = max(0.0, s.time - self.paused_at)
+            self.round_t0 = None if self.round_t0 is None else self.round_t0 + away
+            self.phase_t0 = None if self.phase_t0 is None else self.phase_t0 + away
+            self.paused_at = None
 
     def _phase(self, p: ev.PhaseProgress) -> None:
         last = self.phase
@@ -168,6 +181,7 @@ class RunModel:
                 self._round(item, live=False)
             else:
                 self.evals.append((item.round, item.eval_accuracy, item.eval_sampled_reward))
+                self.last_eval_s = getattr(item, "eval_s", None) or self.last_eval_s
 
     def _link(self, link: ev.Relay) -> None:
         self.link = link
@@ -228,8 +242,9 @@ class RunModel:
         """The round in flight: share done and seconds left (None without a phase; fields None until a
         round has been measured here). The practice test before round 1 is its own progress, not a round's."""
         p = self.phase
-        if p is None or self.round_t0 is None or self.phase_t0 is None or self.state == "replay":
-            return None
+        if p is None or self.round_t0 is None or self.phase_t0 is None or self.state not in ("running", "finishing",
+                                                                                             "stopping"):
+            return None  # paused: no time passes for the round (and a replay has no present)
         now = time.time() if now is None else now
         phase_elapsed, round_elapsed = max(0.0, now - self.phase_t0), max(0.0, now - self.round_t0)
         if p.round == 0:
@@ -240,6 +255,8 @@ class RunModel:
                              evaluates=bool(every) and p.round % every == 0)
 
     def _last_eval_s(self) -> float | None:
+        if self.last_eval_s:
+            return self.last_eval_s
         timed = [r.evaluate_s for r in self.rounds if r.evaluate_s > 0]
         return timed[-1] if timed else None
 

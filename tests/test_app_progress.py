@@ -54,6 +54,12 @@ def test_the_round_in_flight_shows_its_percent_and_time_left_from_measured_phase
     dashboard.refresh(m, now=105.0)
     assert m.round_eta(105.0).remaining_s == pytest.approx(2.5 + 0.1 + 0.9)
     assert dashboard.status.text() == "Training — round 3, 59 %"
+    # A pause's time is no round's: after 100 s paused the round is where it was.
+    m.apply(ev.StateChanged(state="paused", time=105.0))
+    dashboard.refresh(m, now=150.0)
+    assert m.round_eta(150.0) is None and "left" not in dashboard.phase.text()
+    m.apply(ev.StateChanged(state="running", time=205.0))
+    assert m.round_eta(205.0).remaining_s == pytest.approx(2.5 + 0.1 + 0.9)
 
 
 def test_before_a_first_round_it_says_the_round_number_and_when_time_left_is_known(dashboard):
