@@ -290,8 +290,8 @@ class Dashboard(QWidget):
         if m.evals:
             rnd, acc, _ = m.evals[-1]
             first = m.evals[0][1]
-            when = "before training" if rnd == 0 else f"round {rnd}"
-            self.card_test.set(f"{100 * acc:.0f} %", f"practice test, {when} ({100 * first:.0f} % at the start)")
+            self.card_test.set(f"{100 * acc:.0f} %", "practice test, before training" if rnd == 0
+                               else f"practice test, round {rnd} ({100 * first:.0f} % at the start)")
         else:
             self.card_test.set("–", "practice test")
         self.card_swarm.set(*m.swarm_card())
