@@ -167,7 +167,7 @@ class ModelPage(QWizardPage):
                                 "is selected (it needs no download).")
         else:
             self.reason.setText(f"Recommended: {report.reason}.")
-        if report.offline:
+        if report.offline and "offline" not in self.reason.text():  # the engine's reason may say it already
             self.reason.setText(self.reason.text() + " " + OFFLINE_WHY.split(", so")[0] + ": models that need a "
                                 "download cannot be chosen.")
         if report.speed is not None:
