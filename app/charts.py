@@ -52,8 +52,9 @@ class ProgressChart:
     """Reward and correct answers per round (faint), their moving averages (bold), test results (dots)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        self.widget = _plot("How well it answers", "score (0 to 1)", parent)
-        self.widget.setYRange(0, 1, padding=0.02)
+        self.widget = _plot("How well it answers", "reward; share correct (1 = 100 %)", parent)
+        self.top = 1.0  # the axis reaches the best reward of the run: 1 plus its format bonus
+        self.widget.setYRange(0, self.top, padding=0.02)
         legend = self.widget.addLegend(offset=(8, 8), labelTextSize="9pt")
         legend.setBrush(pg.mkBrush(_see_through(palette.CHART_BACKGROUND, 200)))
         self._reward = self.widget.plot(pen=pg.mkPen(_faint(palette.REWARD), width=1))
@@ -61,19 +62,25 @@ class ProgressChart:
         self._reward_avg = self.widget.plot(pen=pg.mkPen(palette.REWARD, width=3),
                                             name=f"reward ({AVERAGE_WINDOW}-round average)")
         self._accuracy_avg = self.widget.plot(pen=pg.mkPen(palette.ACCURACY, width=3),
-                                              name=f"correct answers ({AVERAGE_WINDOW}-round average)")
+                                              name=f"correct in training ({AVERAGE_WINDOW}-round average)")
         self._test = self.widget.plot(pen=None, symbol="o", symbolSize=9, symbolBrush=palette.PRACTICE_TEST,
                                       symbolPen=palette.DOT_EDGE,
-                                      name="practice test (held-out questions)")
+                                      name="practice test (new questions, best answer)")
         self.widget.setToolTip(
-            "Reward: the score each answer gets, 1 for a correct answer, a little for a well-formed one.\n"
-            "Correct answers: the share of answers that were exactly right.\n"
-            "Practice test: questions the model never trains on, answered at its most confident; "
-            "this shows whether it really improves.")
+            "Reward: the score each training answer gets, 1 for a correct answer plus a small bonus for a "
+            "well-formed one, so it can go a little above 1.\n"
+            "Correct in training: the share of training answers that were exactly right. The model writes "
+            "several varied answers to each question on purpose, so this is lower than the test.\n"
+            "Practice test: new questions the model never trains on, one best answer each; "
+            "this shows whether it really improves (compare it with its first dot).")
 
     def update(self, model: RunModel) -> None:
         xs = [r.round for r in model.rounds]
         reward = [r.reward for r in model.rounds]
+        top = max([model.best_reward()] + reward)
+        if top != self.top:
+            self.top = top
+            self.widget.setYRange(0, top, padding=0.02)
         accuracy = [r.accuracy for r in model.rounds]
         self._reward.setData(xs, reward)
         self._accuracy.setData(xs, accuracy)

@@ -84,6 +84,7 @@ class Dashboard(QWidget):
         split.setStretchFactor(1, 2)
         root.addWidget(split, 1)
         self._state = ""
+        self._pausing = False
 
     # --- building ---
     def _header(self) -> QHBoxLayout:
@@ -156,13 +157,13 @@ class Dashboard(QWidget):
         self.card_round = Card("rounds done", "A round: the model answers a few questions several times, "
                                               "scores its answers, and learns from the better ones.")
         self.card_reward = Card("reward, last 5 rounds",
-                                "The average score of the answers: 1 for a correct answer, a small bonus "
-                                "for a well-formed one, 0 otherwise.")
-        self.card_accuracy = Card("correct answers, last 5 rounds", "The share of answers that were exactly right.")
-        self.card_test = Card("practice test", "Questions the model never trains on, answered at its most "
-                                               "confident: the honest measure of progress.")
-        self.card_speed = Card("tokens written per second", "How fast this computer writes answers; a token is a "
-                                                           "word or a piece of a word.")
+                                "The average score of the answers while training: 1 for a correct answer, plus a "
+                                "small bonus for a well-formed one (so the best is a little above 1), 0 otherwise.")
+        self.card_accuracy = Card("correct in training, last 5 rounds", ACCURACY_TIP)
+        self.card_test = Card("practice test", TEST_TIP)
+        self.card_speed = Card("answers written per minute", "How fast this computer writes answers to this "
+                                                            "round's questions (while it writes; learning takes "
+                                                            "its own time after).")
         self.card_swarm = Card("volunteers online", "Computers in the same swarm right now, this one included.")
         self.card_you = Card("shared / used by others", "Groups of answers this computer shared with the swarm, "
                                                         "and how many other volunteers learned from.")
@@ -214,7 +215,9 @@ class Dashboard(QWidget):
 
     # --- behaviour ---
     def _on_main(self) -> None:
-        if self._state in ("running", "finishing"):
+        if self._pausing:  # not paused yet: the button takes the pause back
+            self.resume_clicked.emit()
+        elif self._state in ("running", "finishing"):
             self.pause_clicked.emit()
         elif self._state == "paused":
             self.resume_clicked.emit()
@@ -234,11 +237,11 @@ class Dashboard(QWidget):
     def hide_problem(self) -> None:
         self.banner.hide()
 
-    def set_controls(self, state: str, replay: bool = False) -> None:
-        """Buttons follow the engine's real state."""
-        self._state = state
+    def set_controls(self, state: str, replay: bool = False, pausing: bool = False) -> None:
+        """Buttons follow the engine's real state (``pausing``: a pause asked for, not reached yet)."""
+        self._state, self._pausing = state, pausing and state in ("running", "finishing")
         labels = {"running": "Pause", "finishing": "Pause", "paused": "Resume"}
-        self.main_button.setText(labels.get(state, "Start"))
+        self.main_button.setText("Resume" if self._pausing else labels.get(state, "Start"))
         busy = state in ("starting", "stopping")
         self.main_button.setEnabled(not replay and not busy)
         self.finish_button.setEnabled(not replay and state == "running")
@@ -246,12 +249,17 @@ class Dashboard(QWidget):
         for button in (self.main_button, self.finish_button, self.stop_button):
             button.setVisible(not replay)
 
-    def refresh(self, model: RunModel) -> None:
-        self.status.setText(model.headline())
+    def refresh(self, model: RunModel, now: float | None = None) -> None:
+        self.status.setText(model.headline(now))
         text, done, total = model.phase_text()
-        self.phase.setText(text)
+        left = model.eta_text(now) if model.download is None else ""
+        self.phase.setText(" · ".join(x for x in (text, left) if x))
         self.progress.setVisible(bool(text) or model.state == "starting")
-        if total:
+        progress = model.round_eta(now) if model.download is None else None
+        if progress is not None and progress.fraction is not None:  # Folding@home's bar: the round (or test) done
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(round(1000 * progress.fraction))
+        elif total:
             self.progress.setRange(0, total)
             self.progress.setValue(done)
         elif model.state in ("running", "starting", "finishing", "stopping"):
@@ -270,14 +278,20 @@ class Dashboard(QWidget):
         # Every card is set on every refresh, "–" without data: a new run's model never shows the last one's figures.
         recent = m.rounds[-5:]
         self.card_round.setToolTip(round_tooltip(m.settings))
-        self.card_round.set(str(m.current_round) + (f" / {m.round_end}" if m.round_end else ""))
-        self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}" if recent else "–")
+        per_hour = m.rounds_per_hour()
+        self.card_round.set(str(m.current_round) + (f" / {m.round_end}" if m.round_end else ""),
+                            f"rounds done, about {per_hour:.0f} an hour" if per_hour and per_hour >= 2
+                            else f"rounds done, about {per_hour:.1f} an hour" if per_hour else "rounds done")
+        self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}" if recent else "–",
+                             f"reward (0 to {m.best_reward():.2f}), last 5 rounds")
         self.card_accuracy.set(f"{100 * sum(r.accuracy for r in recent) / len(recent):.0f} %" if recent else "–")
-        self.card_speed.set(f"{recent[-1].tokens_per_s:.0f}" if recent else "–")
+        speed = recent[-1].answers_per_min if recent else None
+        self.card_speed.set(f"{speed:.0f}" if speed is not None else "–")
         if m.evals:
             rnd, acc, _ = m.evals[-1]
             first = m.evals[0][1]
-            self.card_test.set(f"{100 * acc:.0f} %", f"practice test (round {rnd}; {100 * first:.0f} % at the start)")
+            self.card_test.set(f"{100 * acc:.0f} %", "practice test, before training" if rnd == 0
+                               else f"practice test, round {rnd} ({100 * first:.0f} % at the start)")
         else:
             self.card_test.set("–", "practice test")
         self.card_swarm.set(*m.swarm_card())
@@ -306,6 +320,14 @@ class Dashboard(QWidget):
             self.refused.setText("Shared answers refused so far — " + ", ".join(parts))
         else:
             self.refused.setText("" if m.relay_connected is None else "No shared answers refused so far.")
+
+
+ACCURACY_TIP = ("The share of training answers that were exactly right. While training the model writes several "
+                "different answers to each question on purpose (some of them guesses), to learn which work "
+                "better: so this is lower than the practice test, where it gives its one best answer.")
+TEST_TIP = ("New questions the model never trains on, answered once each with its single best answer (no "
+            "variety): the honest measure of progress. Compare it with its own figure before training, not with "
+            "'correct in training', which counts deliberately varied answers and is lower.")
 
 
 def round_tooltip(settings: dict) -> str:

@@ -109,4 +109,19 @@ class ModelDownload(QObject):
         if self.cancelled:
             self.done.emit(False, "Download cancelled.")
         else:
-            self.done.emit(outcome.ok, "Downloaded." if outcome.ok else outcome.sentence())
+            self.done.emit(outcome.ok, "Downloaded." if outcome.ok else download_failure_words(outcome))
+
+
+def download_failure_words(outcome: Outcome) -> str:
+    """A failed download in plain words: the engine's sentence is for a terminal (HF_HUB_OFFLINE, hosts)."""
+    message = (outcome.message or "").lower()
+    back = " Go Back to choose a model that is already on this computer, or try again later."
+    if "offline mode is on" in message:
+        return "The model could not be downloaded: this computer is set to work offline." + back
+    if "cannot connect" in message or "timed out" in message:
+        return "The model could not be downloaded: the download server could not be reached." + back
+    if "gated" in message:
+        return ("The model could not be downloaded: its owner asks you to accept its terms on huggingface.co "
+                "first." + back)
+    sentence = outcome.sentence()
+    return sentence + ("" if sentence.endswith(".") else ".") + back

@@ -13,6 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import eta
 from wire import events as ev
 
 FEED_SIZE = 40  # recent answers kept for the feed
@@ -61,6 +62,7 @@ class RoundPoint:
     external: int
     dropped: int
     rejected: int
+    answers_per_min: float | None = None  # own answers written per minute of writing; None without the settings
 
 
 @dataclass
@@ -89,6 +91,13 @@ class RunModel:
     message: str = ""  # the latest status / warning line
     error: str = ""
     stop_reason: str = ""
+    pausing: bool = False  # a pause was asked for; the engine has not reached its next pause point yet
+    # When the round in flight and its phase began (engine clock), and its earlier phases' seconds: the ETA's input
+    round_t0: float | None = None
+    phase_t0: float | None = None
+    spent: dict[str, float] = field(default_factory=dict)
+    paused_at: float | None = None  # a pause's time is no round's: the clocks above skip it
+    last_eval_s: float | None = None  # the last practice test's seconds (its eval event's)
 
     @property
     def current_round(self) -> int:
@@ -106,10 +115,12 @@ class RunModel:
                 self.link = None
             case ev.StateChanged():
                 self.state = event.state
+                self.pausing = False  # the engine's own word on its state replaces what was asked
+                self._pause_clock(event)
                 if event.state in ("paused", "stopping"):
                     self.phase = None if event.state == "stopping" else self.phase
             case ev.PhaseProgress():
-                self.phase = event
+                self._phase(event)
             case ev.Download():
                 self.download = None if event.finished else event
             case ev.Status():
@@ -129,6 +140,7 @@ class RunModel:
                 self._round(event)
             case ev.Eval():
                 self.evals.append((event.round, event.eval_accuracy, event.eval_sampled_reward))
+                self.last_eval_s = event.eval_s
             case ev.History():
                 self._history(event)
             case ev.Relay():
@@ -139,6 +151,24 @@ class RunModel:
                 self.rank = event.rank
                 if event.you is not None:
                     self.shared_total, self.adopted_total = event.you.groups_shared, event.you.groups_adopted
+
+    def _pause_clock(self, s: ev.StateChanged) -> None:
+        if s.state == "paused":
+            self.paused_at = self.paused_at or s.time
+        elif self.paused_at is not None:
+            away = max(0.0, s.time - self.paused_at)
+            self.round_t0 = None if self.round_t0 is None else self.round_t0 + away
+            self.phase_t0 = None if self.phase_t0 is None else self.phase_t0 + away
+            self.paused_at = None
+
+    def _phase(self, p: ev.PhaseProgress) -> None:
+        last = self.phase
+        if last is None or last.round != p.round or self.round_t0 is None:
+            self.round_t0, self.phase_t0, self.spent = p.time, p.time, {}
+        elif last.phase != p.phase and self.phase_t0 is not None:
+            self.spent[last.phase] = self.spent.get(last.phase, 0.0) + p.time - self.phase_t0
+            self.phase_t0 = p.time
+        self.phase = p
 
     def _history(self, h: ev.History) -> None:
         """The rounds before this start: charts, answers and totals rebuilt; the swarm's live state untouched."""
@@ -151,6 +181,7 @@ class RunModel:
                 self._round(item, live=False)
             else:
                 self.evals.append((item.round, item.eval_accuracy, item.eval_sampled_reward))
+                self.last_eval_s = getattr(item, "eval_s", None) or self.last_eval_s
 
     def _link(self, link: ev.Relay) -> None:
         self.link = link
@@ -162,14 +193,17 @@ class RunModel:
         evaluate = r.eval_s or 0.0
         swap = r.swap_ms / 1000
         known = r.gen_s + r.score_s + r.train_s + swap + evaluate
+        completions = self.settings.get("completions")
+        answers = 60 * r.groups * completions / r.gen_s if completions and r.gen_s > 0 else None
         self.rounds.append(RoundPoint(
             round=r.round, reward=r.reward_mean, accuracy=r.accuracy, tokens_per_s=r.gen_tokens_per_s,
             generate_s=r.gen_s, score_s=r.score_s, train_s=r.train_s, swap_s=swap, evaluate_s=evaluate,
             other_s=max(0.0, r.round_s - known), round_s=r.round_s,
             own=r.groups, external=r.external_groups, dropped=r.groups_dropped, rejected=r.rejected_groups,
+            answers_per_min=answers,
         ))
         if live:  # a past round's connection and peers are stale: only the present's count
-            self.phase = None
+            self.phase, self.round_t0 = None, None
             self.relay_connected = r.relay_connected
             if r.relay_connected is not None:
                 self.peers = r.peers
@@ -181,14 +215,58 @@ class RunModel:
         self.feed.extendleft(r.rollouts)  # newest first
 
     # --- what the main screen says ---
-    def headline(self) -> str:
-        """The one big line on top."""
-        words = STATE_WORDS.get(self.state, self.state.capitalize())
-        if self.state in ("running", "finishing", "stopping", "paused", "replay") and (self.rounds or self.round_end):
-            of = f" of {self.round_end}" if self.round_end else ""
-            n = self.current_round + (0 if self.state in ("paused", "replay") else 1)
-            words += f" — round {min(n, self.round_end or n)}{of}"
+    def headline(self, now: float | None = None) -> str:
+        """The one big line on top. Round numbers are the engine's: the round in flight is the one its phase
+        events name (a pause mid-round is *in* that round), else the one after the last finished."""
+        of = f" of {self.round_end}" if self.round_end else ""
+        flight = self.phase.round if self.phase is not None else None
+        if self.state == "replay":
+            return f"{STATE_WORDS['replay']} — round {self.current_round}{of}" if self.rounds else STATE_WORDS["replay"]
+        if self.state == "paused":
+            if flight is not None and flight > self.current_round:
+                return f"Paused — in round {flight}{of}, goes on from there"
+            return f"Paused — after round {self.current_round}{of}" if self.current_round else "Paused"
+        if self.state not in ("running", "finishing", "stopping"):
+            return STATE_WORDS.get(self.state, self.state.capitalize())
+        words = "Pausing at the end of this step" if self.pausing else STATE_WORDS[self.state]
+        if flight == 0:  # the practice test before any training: not part of round 1
+            return f"{words} — practice test before round 1"
+        n = flight if flight else self.current_round + 1
+        words += f" — round {min(n, self.round_end or n)}{of}"
+        progress = self.round_eta(now)
+        if progress is not None and progress.fraction is not None:
+            words += f", {100 * progress.fraction:.0f} %"
         return words
+
+    def round_eta(self, now: float | None = None) -> eta.Eta | None:
+        """The round in flight: share done and seconds left (None without a phase; fields None until a
+        round has been measured here). The practice test before round 1 is its own progress, not a round's."""
+        p = self.phase
+        if p is None or self.round_t0 is None or self.phase_t0 is None or self.state not in ("running", "finishing",
+                                                                                             "stopping"):
+            return None  # paused: no time passes for the round (and a replay has no present)
+        now = time.time() if now is None else now
+        phase_elapsed, round_elapsed = max(0.0, now - self.phase_t0), max(0.0, now - self.round_t0)
+        if p.round == 0:
+            return eta.practice_test_eta(p.done, p.total, phase_elapsed, self._last_eval_s())
+        every = int(self.settings.get("eval_every") or 0)
+        return eta.round_eta(p.phase, p.done, p.total, phase_elapsed, round_elapsed, self.spent,
+                             eta.expected_phases(self.rounds, self._last_eval_s()),
+                             evaluates=bool(every) and p.round % every == 0)
+
+    def _last_eval_s(self) -> float | None:
+        if self.last_eval_s:
+            return self.last_eval_s
+        timed = [r.evaluate_s for r in self.rounds if r.evaluate_s > 0]
+        return timed[-1] if timed else None
+
+    def best_reward(self) -> float:
+        """The best reward an answer can get in this run: 1 for a correct one plus the format bonus (the start
+        event's settings are resolved: the bonus is a number there, 0 where there is none)."""
+        return 1.0 + float(self.settings.get("format_bonus") or 0.0)
+
+    def rounds_per_hour(self) -> float | None:
+        return eta.rounds_per_hour(self.rounds)
 
     def swarm_card(self, now: float | None = None) -> tuple[str, str]:
         """The swarm card's figure and caption: one function of the run's state, its relay link and the peers
@@ -225,9 +303,23 @@ class RunModel:
             return "", 0, 0
         p = self.phase
         words = PHASE_WORDS.get(p.phase, p.phase)
-        if p.total:
+        if p.phase == "evaluating":  # its own progress: a test of new questions, not training
+            words = "Practice test (new questions, not trained on)" + (f": {p.done} of {p.total} answers"
+                                                                        if p.total else "")
+        elif p.total:
             words += f" ({p.done} of {p.total})"
         return words, p.done, p.total
+
+    def eta_text(self, now: float | None = None) -> str:
+        """The time left, in words: of the practice test while it runs first, else of the round in flight."""
+        progress = self.round_eta(now)
+        if progress is None:
+            return ""
+        if self.phase is not None and self.phase.round == 0:
+            return f"{eta.duration_words(progress.remaining_s)} left" if progress.remaining_s is not None else ""
+        if progress.remaining_s is None:
+            return "time left: known once a round has finished on this computer"
+        return f"round {100 * (progress.fraction or 0):.0f} % done, {eta.duration_words(progress.remaining_s)} left"
 
 
 def volunteers(n: int) -> str:

@@ -30,7 +30,7 @@ from wire import events as ev
 log = logging.getLogger("app.window")
 
 REDRAW_MS = 200
-COUNTDOWN_MS = 1000  # the swarm card's "next try in N s" counts down while the relay is unreachable
+COUNTDOWN_MS = 1000  # the swarm card's "next try in N s" and a round's time left count down between events
 POWER_CHECK_MS = 30_000
 
 
@@ -147,7 +147,9 @@ class MainWindow(QMainWindow):
             self.relay = LocalRelay(self.settings.local_relay_port, data, self)
             self.relay.ready.connect(lambda url: self._start_engine())
             self.relay.failed.connect(self._on_relay_failed)
+        self.model = RunModel()  # the last run's figures go; the engine's events fill a new model
         self.model.message = "Starting the local swarm…"
+        self._on_state("starting")  # the engine is not running yet, but the run is starting: Start is off
         self.refresh()
         self.relay.start()
 
@@ -165,17 +167,31 @@ class MainWindow(QMainWindow):
         self.dashboard.show_problem(outcome.sentence(), outcome.stderr_tail)
         if self.engine.running:
             self.model.message = "The local swarm stopped; the engine trains alone until it is back."
+        else:  # it never came up: the run did not start
+            self.model.message = ""
+            self._on_state("stopped")
 
     def pause(self) -> None:
         self.policy.user_paused()
-        self.engine.pause()
+        self._ask_pause()
+
+    def _ask_pause(self) -> None:
+        """The engine pauses at its next pause point, which may be a minute away: say so at once."""
+        if self.engine.pause():
+            self.model.pausing = True
+            self._on_state(self.engine.state)
+            self.refresh()  # now, not at the next redraw: the click is answered at once
 
     def resume(self) -> None:
         self.policy.user_resumed(self._hold)
         self.engine.resume()
+        if self.model.pausing:  # asked before the engine got there: it just goes on (no state event comes)
+            self.model.pausing = False
+            self._on_state(self.engine.state)
+            self.refresh()
 
     def toggle_pause(self) -> None:
-        if self.engine.state == "paused":
+        if self.engine.state == "paused" or self.model.pausing:
             self.resume()
         elif self.engine.state in ("running", "finishing"):
             self.pause()
@@ -184,6 +200,11 @@ class MainWindow(QMainWindow):
 
     def stop(self) -> None:
         self._power_timer.stop()
+        if not self.engine.running and self.model.state == "starting":  # still waiting for the local relay
+            if self.relay is not None:
+                self.relay.stop()
+            self._on_state("stopped")
+            return
         self.engine.stop()
 
     def set_power(self, key: str) -> None:
@@ -208,7 +229,7 @@ class MainWindow(QMainWindow):
         self._hold = power.hold_reason(rules, facts)
         action = self.policy.decide(self._hold, self.engine.state)
         if action == "pause":
-            self.engine.pause()
+            self._ask_pause()
             # the engine stops at its next pause point: say so until it has (its state event says when)
             self.model.message = f"Pausing by your preferences at the next pause point: {self._hold}."
         elif action == "resume":
@@ -224,7 +245,9 @@ class MainWindow(QMainWindow):
     def _on_state(self, state: str) -> None:
         if state in ("stopped", "crashed", "starting"):
             self.model.state = state
-        self.dashboard.set_controls(state, replay=self.replay)
+        if state not in ("running", "finishing"):
+            self.model.pausing = False
+        self.dashboard.set_controls(state, replay=self.replay, pausing=self.model.pausing)
         running = state in ("running", "paused", "finishing")
         self.act_start.setEnabled(not self.replay and state in ("stopped", "crashed"))
         self.act_pause.setEnabled(running)
@@ -247,7 +270,8 @@ class MainWindow(QMainWindow):
         self.dashboard.refresh(self.model)
         self.tray.update(self.model.headline(), self.model.state, self.model.swarm_line())
         link = self.model.link
-        if link is not None and link.state == "unreachable" and self.engine.running:
+        counting = link is not None and link.state == "unreachable" or self.model.round_eta() is not None
+        if counting and self.engine.running:
             self._countdown.start()
 
     # --- model export and preferences ---

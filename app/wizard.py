@@ -6,8 +6,9 @@ and models comes from ``sapo-engine models --json``; it writes ``AppSettings``.
 from __future__ import annotations
 
 import copy
+import time
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget, QWizard, QWizardPage)
 
@@ -19,6 +20,23 @@ from app.settings import AppSettings
 from wire.models import ModelInfo, ModelsReport
 
 FIT_WORDS = {"fits": "fits", "tight": "tight fit", "no": "does not fit"}
+OFFLINE_WHY = ("This computer is set to work offline, so this model cannot be downloaded. Models already on "
+               "this computer can be chosen.")
+
+
+def choosable(m: ModelInfo, report: ModelsReport) -> bool:
+    """Fits here, and is on disk or can be downloaded."""
+    return m.fit != "no" and (m.downloaded or m.bundled or not report.offline)
+
+
+def preselect(report: ModelsReport, measuring: bool) -> str | None:
+    """The model selected for the user: the recommendation, except a model that needs a download while the speed
+    test that may advise against it still runs; then the included model (Next leads to no download)."""
+    by_name = {m.name: m for m in report.models}
+    rec = by_name.get(report.recommended)
+    if rec is not None and choosable(rec, report) and (not measuring or rec.downloaded or rec.bundled):
+        return rec.name
+    return next((m.name for m in report.models if m.bundled and choosable(m, report)), None)
 
 
 def fit_text(m: ModelInfo) -> str:
@@ -34,14 +52,24 @@ def gib(n: int) -> str:
     return f"{n / 1024**3:.1f} GB"
 
 
-def duration(seconds: float | None) -> str:
+def duration(seconds: float | None, measuring: bool = True) -> str:
     if seconds is None:
-        return "measuring…"
+        return "measuring…" if measuring else "not measured"
     if seconds < 90:
         return f"about {seconds:.0f} s"
     if seconds < 5400:
         return f"about {seconds / 60:.0f} min"
     return f"about {seconds / 3600:.1f} h"
+
+
+def timing_words(report: ModelsReport) -> str:
+    """Where the round times come from, in plain words: a short test scaled by size, or real rounds here."""
+    speed = report.speed
+    if speed is not None and speed.how.startswith("real rounds"):
+        return (f"Round times come from {speed.how} on this computer, scaled by model size for the others; "
+                "they are estimates.")
+    return ("Round times are rough estimates: a short test of the included model on this computer, scaled by "
+            "model size. Training shows the real times, and later estimates use them.")
 
 
 def _label(text: str = "") -> QLabel:
@@ -101,7 +129,7 @@ class ModelPage(QWizardPage):
         self.reason = _label()
         self.terms = _label()
         self.terms.setStyleSheet(f"color: {palette.CAUTION_TEXT}")
-        self.timing = _label("Estimating each model's round time on this computer (once, about a minute)…")
+        self.timing = _label("")
         self.timing.setStyleSheet(f"color: {palette.MUTED_TEXT}")
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
@@ -111,29 +139,39 @@ class ModelPage(QWizardPage):
         self._touched = False
         self.table.itemClicked.connect(lambda *_: setattr(self, "_touched", True))
 
-    def show_report(self, report: ModelsReport) -> None:
+    def show_report(self, report: ModelsReport, measuring: bool = False) -> None:
         keep = self.selected() if self._touched else None
         self.table.setRowCount(len(report.models))
         for i, m in enumerate(report.models):
             name = (m.display_name.replace(" (bundled)", "") + ("  ★ recommended" if m.recommended else "")
                     + ("  (own licence terms)" if m.licence else ""))
+            ok = choosable(m, report)
+            on_disk = "yes" if m.downloaded or m.bundled else "no, offline" if report.offline else "no"
             cells = (name, "included with the app" if m.bundled else f"{m.file_size_bytes / 1e6:,.0f} MB", gib(m.needed_bytes),
-                     fit_text(m), duration(m.round_s), "yes" if m.downloaded else "no")
+                     fit_text(m), duration(m.round_s, measuring), on_disk)
+            why = m.why if m.fit == "no" else OFFLINE_WHY if not ok else ""
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip("\n".join(x for x in (m.why or text, m.licence) if x))
+                item.setToolTip("\n".join(x for x in (why or text, m.licence) if x))
                 item.setData(Qt.ItemDataRole.UserRole, m.name)
-                if m.fit == "no":
+                if not ok:
                     item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
                 self.table.setItem(i, j, item)
-        target = keep or report.recommended
+        target = keep or preselect(report, measuring)
+        self.table.clearSelection()
         for i, m in enumerate(report.models):
             if m.name == target:
                 self.table.selectRow(i)
-        self.reason.setText(f"Recommended: {report.reason}.")
+        if measuring and target != report.recommended:
+            self.reason.setText("The recommendation comes after the speed test; until then the included model "
+                                "is selected (it needs no download).")
+        else:
+            self.reason.setText(f"Recommended: {report.reason}.")
+        if report.offline and "offline" not in self.reason.text():  # the engine's reason may say it already
+            self.reason.setText(self.reason.text() + " " + OFFLINE_WHY.split(", so")[0] + ": models that need a "
+                                "download cannot be chosen.")
         if report.speed is not None:
-            self.timing.setText("Round times are estimates, scaled from a short test of the included model on "
-                                "this computer.")
+            self.timing.setText(timing_words(report))
         self.completeChanged.emit()
 
     def _show_terms(self) -> None:
@@ -211,9 +249,8 @@ class DownloadPage(QWizardPage):
         self.cancel.hide()
         self.retry.setVisible(not ok)
         self.text.setText(sentence if not ok else "Downloaded.")
-        if ok:
-            self.bar.setRange(0, 1)
-            self.bar.setValue(1)
+        self.bar.setRange(0, 1)  # a busy bar would keep moving after the download has ended
+        self.bar.setValue(1 if ok else 0)
         self.completeChanged.emit()
 
     def cleanupPage(self) -> None:  # noqa: N802 - going Back cancels a download in progress
@@ -302,19 +339,50 @@ class SetupWizard(QWizard):
         self.query.done.connect(self._on_report)
         self.query.failed.connect(self._on_failed)
         self.timing = ModelsQuery(self)
-        self.timing.done.connect(self._on_report)
-        self.timing.failed.connect(lambda text: self.model_page.set_timing_text(
-            "Round times could not be estimated: " + text))
-        self._measure = measure
+        self.timing.done.connect(self._on_timing)
+        self.timing.failed.connect(self._on_timing_failed)
+        self._measure = measure  # a speed test is still to run
+        self._measuring = False  # it runs
+        self._measure_t0 = 0.0
+        self._tick = QTimer(self)  # the speed test's seconds so far: its label says what is happening, live
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._show_measuring)
         self.query.start()
+
+    def measuring(self) -> bool:
+        """The speed test runs, or is about to: its result may change the recommendation."""
+        return self._measuring or (self._measure and (self.report is None or self.report.speed is None))
 
     def _on_report(self, report: ModelsReport) -> None:
         self.report = report
-        self.hardware_page.show_report(report)
-        self.model_page.show_report(report)
-        if report.speed is None and self._measure and not self.timing.process.running:
-            self._measure = False
+        if report.speed is None and self._measure and not self._measuring:
+            self._measure, self._measuring = False, True
+            self._measure_t0 = time.monotonic()
             self.timing.start(measure=True, threads=self.cores)
+            self._tick.start()
+            self._show_measuring()
+        self.hardware_page.show_report(report)
+        self.model_page.show_report(report, self.measuring())
+
+    def _on_timing(self, report: ModelsReport) -> None:
+        self._measuring = False
+        self._tick.stop()
+        self._on_report(report)
+
+    def _show_measuring(self) -> None:
+        if not self._measuring:
+            self._tick.stop()
+            return
+        self.model_page.set_timing_text(
+            "Testing this computer's speed with the included model, once (the first time, most of it is "
+            f"preparing the model, which training needs anyway): {time.monotonic() - self._measure_t0:.0f} s so far…")
+
+    def _on_timing_failed(self, text: str) -> None:
+        self._measuring = False
+        self._tick.stop()
+        self.model_page.set_timing_text("Round times could not be estimated: " + text)
+        if self.report is not None:  # the recommendation stands without them
+            self.model_page.show_report(self.report, measuring=False)
 
     def _on_failed(self, text: str) -> None:
         self.hardware_page.text.setText(f"{text}<br><br>Close this window and start SAPO Swarm again; "

@@ -1,5 +1,6 @@
 """A scripted stand-in for ``sapo-engine run`` in the app's window tests: says the event lines of a
-JSON-lines file (argv[1]) on stdout, then follows stop commands on stdin as the real loop does.
+JSON-lines file (argv[1]) on stdout, then follows pause, resume and stop commands on stdin as the real loop
+does.
 
 Real Qt, a real child process and the real channel (events out, commands in); only the training is
 left out, so the window's tests of what it shows take a second, not minutes of model loading.
@@ -24,7 +25,11 @@ def main() -> None:
         say(line)
         rnd = json.loads(line).get("round") or rnd
     for line in sys.stdin:
-        if json.loads(line).get("cmd") == "stop":
+        cmd = json.loads(line).get("cmd")
+        if cmd in ("pause", "resume"):  # at once (the real loop: at its next pause point), and without a round,
+            # as the real loop's pause point says it
+            say(json.dumps({"type": "state", "state": "paused" if cmd == "pause" else "running", "time": time.time()}))
+        if cmd == "stop":
             say(json.dumps({"type": "state", "state": "stopping", "round": rnd, "time": time.time()}))
             say(json.dumps({"type": "stop", "round": rnd, "reason": "stop command", "time": time.time()}))
             return

@@ -56,7 +56,7 @@ def test_the_model_follows_a_run():
                      you=ev.LeaderRow("ab" * 16, "calm-heron-07", 3, 2, 1)))
     assert (m.peers, m.rank, m.shared_total, m.adopted_total) == (5, 2, 3, 2)
     m.apply(ev.StateChanged(state="paused", round=1))
-    assert m.headline() == "Paused — round 1 of 10"
+    assert m.headline() == "Paused — after round 1 of 10"
     m.apply(ev.Download(file="x.gguf", done_bytes=5_000_000, total_bytes=10_000_000))
     assert m.phase_text() == ("Downloading x.gguf: 5 of 10 MB", 5_000_000, 10_000_000)
     m.apply(ev.ErrorEvent(message="out of memory"))

@@ -97,3 +97,54 @@ def test_models_under_their_own_terms_say_so_and_are_never_the_pick():
     report = build_report(_cpu(cores=8, ram_gib=64), None)
     gemma = [m for m in report.models if m.licence]
     assert gemma and all("Gemma Terms of Use" in m.licence and not m.recommended for m in gemma)
+
+
+def _metrics(round_s: float, eval_s: float | None = None) -> dict:
+    return {"round_s": round_s, "gen_tokens": 1000, "gen_s": 10.0, "train_s": 20.0, "train_prompt_tokens": 2000,
+            "train_completion_tokens": 1000, "eval_s": eval_s}
+
+
+def test_real_rounds_replace_the_estimate(tmp_path):
+    """Issue 26 item 5: the probe's estimate said 'about 5 min', real rounds took 38-57 s; the cached estimate
+    now follows the real rounds: the model's own round times, and rates scaled by size for the others."""
+    from engine.commands.speed import record_round
+    from engine.models.catalog import bundled_entry
+    from engine.models.speed import save
+
+    small, bigger = bundled_entry(), by_name("qwen2.5-0.5b")
+    probe = Speed(10.0, 20.0, 2, 0.0)  # a slow probe: minutes per round
+    save(tmp_path, probe)
+    assert estimate_round_s(small, probe) > 120
+    for s in (40.0, 57.0, 38.0, 300.0):  # a slow outlier; the median stands
+        record_round(tmp_path, 2, small.name, small.n_params, _metrics(s))
+    assert record_round(tmp_path, 2, small.name, small.n_params, _metrics(500.0, eval_s=60.0)) is None  # a test
+    speed = load_cached(tmp_path, 2)
+    assert speed is not None and speed.how == f"real rounds of {small.name}"
+    assert estimate_round_s(small, speed) == pytest.approx(48.5)  # median of 38, 40, 57, 300
+    assert (speed.gen_tokens_per_s, speed.train_tokens_per_s) == (100.0, 150.0)  # this round's rates
+    assert estimate_round_s(bigger, speed) == pytest.approx(estimate_round_s(bigger, Speed(100.0, 150.0, 2, 0.0)))
+    report = build_report(_cpu(), speed, offline=False)
+    assert next(m for m in report.models if m.name == small.name).round_s == 48.5
+    assert report.speed is not None and report.speed.how.startswith("real rounds")
+    # Rounds with another thread count leave an estimate for this one alone.
+    assert record_round(tmp_path, 4, small.name, small.n_params, _metrics(10.0)) is None
+    assert load_cached(tmp_path, 2) == speed
+
+
+def test_offline_the_recommendation_is_a_model_on_disk():
+    hw = _cpu(cores=2)
+    online = build_report(hw, None, offline=False)
+    assert online.recommended == "qwen2.5-0.5b" and not online.offline
+    offline = build_report(hw, None, offline=True)
+    assert offline.offline and offline.recommended == "smollm2-135m"  # qwen is not downloaded here
+    assert "only models already on this computer" in offline.reason
+
+
+def test_only_rounds_of_the_estimates_size_refine_it():
+    from engine.models.catalog import bundled_entry
+    from engine.models.speed import estimated_shape
+
+    tiny = bundled_entry().n_params
+    assert estimated_shape(4, 96, 8, tiny)  # the auto defaults for a tiny model, I + J = 4 + 4
+    assert not estimated_shape(4, 24, 4, tiny)  # a test's small rounds would make the estimate wrong for all
+    assert estimated_shape(8, 256, 8, by_name("qwen2.5-1.5b").n_params)  # larger models: L = 8, 256 tokens

@@ -64,6 +64,8 @@ class ModelsReport(msgspec.Struct, frozen=True):
     recommended: str
     reason: str
     speed: SpeedInfo | None = None
+    # Downloads are off here (offline mode): only models on disk can be used; the recommendation is one of them.
+    offline: bool = False
 
 
 class NodeIdentity(msgspec.Struct, frozen=True):

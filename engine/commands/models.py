@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.models.catalog import CATALOG, CatalogEntry
-from engine.models.download import cached_path
+from engine.models.download import cached_path, offline_mode
 from engine.models.hardware import Hardware, fit, recommend
 from engine.commands.speed import Speed, estimate_round_s, load_cached, measure
 from wire.models import GpuInfo, HardwareInfo, ModelInfo, ModelsReport, SpeedInfo
@@ -13,9 +13,13 @@ from wire.models import GpuInfo, HardwareInfo, ModelInfo, ModelsReport, SpeedInf
 TIGHT_FRACTION = 0.75  # of the memory budget: above it a model fits, but leaves little for anything else
 
 
-def build_report(hw: Hardware, speed: Speed | None, catalog: tuple[CatalogEntry, ...] = CATALOG) -> ModelsReport:
+def build_report(hw: Hardware, speed: Speed | None, catalog: tuple[CatalogEntry, ...] = CATALOG,
+                 offline: bool | None = None) -> ModelsReport:
     round_s = (lambda e: estimate_round_s(e, speed)) if speed is not None else None
-    rec = recommend(hw, catalog, round_s)
+    offline = offline_mode() if offline is None else offline
+    # Offline, a model that needs a download cannot be used: recommend one already on this computer.
+    on_disk = tuple(e for e in catalog if cached_path(e) is not None)
+    rec = recommend(hw, on_disk if offline and on_disk else catalog, round_s)
     models = []
     for entry in catalog:
         f = fit(entry, hw)
@@ -35,7 +39,9 @@ def build_report(hw: Hardware, speed: Speed | None, catalog: tuple[CatalogEntry,
     )
     info = (SpeedInfo(speed.gen_tokens_per_s, speed.train_tokens_per_s, speed.threads, speed.how)
             if speed is not None else None)
-    return ModelsReport(hardware, models, rec.entry.name, rec.reason, info)
+    reason = rec.reason + ("; offline mode is on, so only models already on this computer can be used"
+                           if offline else "")
+    return ModelsReport(hardware, models, rec.entry.name, reason, info, offline)
 
 
 def speed_for(cache_dir: Path, threads: int, measure_now: bool) -> Speed | None:

@@ -62,7 +62,7 @@ def ensure_model(entry: CatalogEntry, cache_dir: str | os.PathLike[str] | None =
         except SapoError:
             _discard(Path(cached))  # a damaged cache entry: fetch it again below
 
-    if _offline():
+    if offline_mode():
         raise SapoError(f"{entry.display_name} is not downloaded yet and offline mode is on (HF_HUB_OFFLINE); "
                         f"go online once or pass a local .gguf path")
     try:
@@ -106,7 +106,7 @@ def hub_reachable(endpoint: str | None = None, timeout_s: float = 3.0) -> bool:
     import socket
     from urllib.parse import urlsplit
 
-    if _offline():
+    if offline_mode():
         return False
     parts = urlsplit((endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"))
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -121,7 +121,8 @@ def _validate(path: Path) -> GGUFInfo:
     return inspect_gguf(path)
 
 
-def _offline() -> bool:
+def offline_mode() -> bool:
+    """Downloads are off here: HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set."""
     from huggingface_hub import constants
 
     flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""

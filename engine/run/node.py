@@ -209,10 +209,12 @@ class Node:
 
     # --- the round ---
     def run_round(self) -> dict[str, Any]:
+        if self.round == 0 and self.cfg.eval_every and not self.state.history:
+            # The baseline, before any training: its own time (its eval event's eval_s), not round 1's, so that
+            # round 1's round_s is a round's time like any other (the app estimates time remaining from them).
+            self.evaluate()
         t0 = time.perf_counter()
         r = RoundWork(self.round + 1)
-        if self.round == 0 and self.cfg.eval_every and not self.state.history:
-            r.eval_s += self.evaluate()["eval_s"]  # the baseline, before any training
         self.score_s = 0.0
         self._receive(r)  # 1. external groups first: how many arrive decides how many we make (budget I + J)
         self._generate(r)  # 2. L completions for each own question, scored

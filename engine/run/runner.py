@@ -92,6 +92,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)
         events.emit(ev.StateChanged(state="running", round=node.round))
+        threads = cfg.threads
         while (target is None or node.round < target) and not stop.requested:
             if control is not None:
                 control.wait_if_paused()
@@ -100,14 +101,28 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
                     break
                 if control.threads:
                     node.set_threads(control.threads)
-                    control.threads = None
-            node.run_round()
+                    threads, control.threads = control.threads, None
+            _refine_estimate(threads, model, cfg, node.run_round())
             if control is not None and (target is None or node.round < target):
                 control.round_done()  # a pending finish pauses here
         events.emit(ev.Stop(round=node.round, reason=stop.reason or "finished"))
     finally:
         node.close()
     return 0
+
+
+def _refine_estimate(threads: int, model: Any, cfg: Any, metrics: dict[str, Any]) -> None:
+    """Real rounds of the default size replace the models report's round-time estimate (engine/models/speed.py);
+    never fatal."""
+    from engine.models.speed import estimated_shape, record_round
+    from engine.paths import default_cache_dir
+
+    if not estimated_shape(cfg.completions, cfg.max_tokens, cfg.local_groups + cfg.external_groups, model.n_params):
+        return
+    try:
+        record_round(default_cache_dir(), threads, model.name, model.n_params, metrics)
+    except (OSError, ValueError, KeyError):
+        pass  # an estimate is a convenience: a read-only cache dir costs nothing but a better one
 
 
 def _public(cfg: Any) -> dict[str, Any]:
