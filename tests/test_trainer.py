@@ -317,7 +317,8 @@ def test_a_group_over_the_budget_is_split_not_recomputed():
     stats, free = run(tiny_policy(), groups(), micro_batch=100, memory_budget=1 << 40)
     split_stats, split = run(tiny_policy(), groups(), micro_batch=100, memory_budget=budget)
     assert split_stats.checkpointed == 0 and split_stats.micro_batches > stats.micro_batches == 1
-    assert split_stats.prompt_tokens > stats.prompt_tokens  # a split group's prompt runs once per part
+    # a split group's prompt runs once per part, or (prompts of MIN_SHARED + 1 tokens or more) all but its last token once
+    assert split_stats.prompt_tokens >= stats.prompt_tokens
     assert split_stats.loss == pytest.approx(stats.loss, rel=EXACT)
     assert_same_grads(split, free)
     moved = []

@@ -404,6 +404,8 @@ class Trainer:
         self._prefixes = plan_prefixes([g.prompt_ids for g in groups]) if self.cfg.shared_prefix \
             else PrefixPlan(((),), {})
         batches = self._batches(groups)
+        if self.cfg.shared_prefix:  # again, over the parts: a group split in two runs its prompt once too
+            self._prefixes = plan_prefixes([u.prompt_ids for batch in batches for u in batch])
         total_tokens = sum(len(c) for g in groups for c in g.completions)
         n_seqs = sum(len(g.completions) for g in groups)
         prompt_tokens = self._prefixes.tokens + sum(self._prompt_tokens(batch) for batch in batches)  # as computed
