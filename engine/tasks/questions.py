@@ -196,6 +196,16 @@ ANY_TASK_CAPS: dict[str, dict[str, float | None]] = {
 MAX_LIST_ITEMS = 8
 MAX_WORD_CHARS = 32
 
+# Settings inside the caps whose generator never ends (found by timing random settings within ANY_TASK_CAPS,
+# reasoning-gym 0.1.25; docs/SECURITY.md "Bounded cost per sender"): refused before reasoning-gym sees them.
+# Anything else slow is cut by the sandbox's generation budget (engine.sandbox.workers.GENERATION_CPU_S).
+# - base_conversion draws a target base until it differs from the source base: one base only loops.
+# - calendar_arithmetic draws a date until it is not January 1: offset_upper_bound 0 loops.
+ANY_TASK_RULES: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "base_conversion": lambda c: c.get("max_base", 16) > c.get("min_base", 2),
+    "calendar_arithmetic": lambda c: c.get("offset_upper_bound", 100) >= 1,
+}
+
 
 def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) -> str | None:
     """None if this node would regenerate a peer's spec, else the reason (``foreign_task``, ``bad_spec``).
@@ -217,6 +227,9 @@ def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) ->
             return "bad_spec"
         if not _within(value, caps[name]):
             return "bad_spec"
+    rule = ANY_TASK_RULES.get(spec.dataset)
+    if rule is not None and not rule(spec.config):
+        return "bad_spec"
     return None
 
 
