@@ -18,7 +18,12 @@ import reasoning_gym
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.sandbox.safe_scoring import ANSWER_CPU_S, MAX_ANSWER_CHARS, SAFE_SCORERS, score_answer
+from engine.sandbox.safe_scoring import (
+    ANSWER_CPU_S,
+    MAX_ANSWER_CHARS,
+    SAFE_SCORERS,
+    score_answer,
+)
 from engine.tasks.questions import EASY_CONFIGS, PAPER_TASKS
 
 SLACK_CPU_S = 0.5
@@ -153,3 +158,18 @@ def test_a_generator_that_never_ends_is_cut_softly():
     c0 = time.process_time()
     assert run_job(Job(loops[0], ["1"])).reason == "timeout"
     assert time.process_time() - c0 < GENERATION_CPU_S + SLACK_CPU_S
+
+
+def test_a_job_of_slow_answers_stops_at_its_budget():
+    """Each answer stops at ANSWER_CPU_S, the job at JOB_CPU_S: eight answers that would each take minutes cost
+    the worker about JOB_CPU_S, scored 0, and the worker is not killed."""
+    from engine.sandbox.workers import JOB_CPU_S, Job, run_job
+    from engine.tasks.questions import QuestionStream, build_mix
+
+    q = QuestionStream(build_mix("easy", tasks=["intermediate_integration"]), "b" * 32, 0, []).draw(1)[0]
+    v = q.entry["metadata"]["variable"]
+    slow = [f"{v}**{k}*" + "*".join(f"{f}({v})**64" for f in ("sin", "cos", "tan", "exp", "log")) for k in range(8)]
+    c0 = time.process_time()
+    result = run_job(Job(q.spec, [q.answer, *slow]))
+    assert result.reason == "timeout" and result.scores[0] == 1.0 and result.scores[1:] == [0.0] * 8
+    assert time.process_time() - c0 < JOB_CPU_S + SLACK_CPU_S

@@ -128,8 +128,9 @@ def run_job(job: Job) -> Result:
     scores = []
     for a in job.answers:  # every answer within ANSWER_CPU_S, all of them within JOB_CPU_S
         left = JOB_CPU_S - (time.process_time() - c0)
-        if left <= 0:
-            return Result([0.0] * len(job.answers), "timeout", key, time.perf_counter() - t0)
+        if left <= 0:  # the answers scored so far keep their scores (own groups use them), the rest 0
+            rest = [0.0] * (len(job.answers) - len(scores))
+            return Result(scores + rest, "timeout", key, time.perf_counter() - t0)
         scorer.cpu_s = min(ANSWER_CPU_S, left)
         scores.append(answer_score(scorer, q.entry, a))
     return Result(scores, None, key, time.perf_counter() - t0)
