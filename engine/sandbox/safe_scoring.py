@@ -3,7 +3,8 @@
 The first wall (``engine.sandbox.workers`` is the second). Every answer, a peer's or our own model's,
 is scored here: at most ``MAX_ANSWER_CHARS`` characters, and through a safe equivalent where
 reasoning-gym's own ``score_answer`` would evaluate or loop on the answer. Survey of
-reasoning-gym 0.1.19 (every ``score_answer`` and the helpers it calls; see docs/SECURITY.md):
+reasoning-gym 0.1.19 (every ``score_answer`` and the helpers it calls; see docs/SECURITY.md), re-checked for
+0.1.25, the pinned version (engine/sandbox/survey.json; docs/SECURITY.md "Pinned and surveyed"):
 
 =========================  ===============================================  ==========================
 dataset                    the problem                                      here
@@ -21,10 +22,15 @@ coin_flip                  ``Fraction("1e999999999")`` takes minutes        expo
                                                                             float, same score)
 rubiks_cube                ``"R999999999"`` builds a list that long         counts reduced mod 4
 rush_hour                  ``"A+999999999"`` loops that many steps          steps clamped to the board
+propositional_logic        a truth table over every name in the answer      at most 2 names beyond the
+                           (2**n rows), a quadratic recursive parser        question's, 200 characters
+simple_integration,        ``simplify`` exponential in nested or distinct   at most 6 calls, 2 deep,
+intermediate_integration   function calls                                   160 nodes
 =========================  ===============================================  ==========================
 
-All other scorers do work linear (or, for propositional_logic, quadratic) in the answer's
-length and nothing else; the length cap bounds them. Every safe scorer gives the original's
+All other scorers do work linear in the answer's length and nothing else; the length cap bounds
+them. Behind all of it, every answer's scoring gets ``ANSWER_CPU_S`` of CPU (``cpu_limit``), whatever
+the dataset: sympy's ``simplify`` has no useful bound in an expression's size (issue 23). Every safe scorer gives the original's
 score on every answer an honest model writes (tests compare them on real entries); answers
 that are code score what the original gives an answer it cannot read.
 
