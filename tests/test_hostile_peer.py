@@ -139,10 +139,11 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     # Every refusal is counted, by reason and by sender, and none is for a hang or a dead worker.
     # (question_mismatch: reasoning-gym's polynomial_multiplication words its questions by Python's string
     # hashing; nodes run with one hash seed (engine/tasks/hashseed.py), but this test's sender is the pytest process.)
-    assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch"}, reasons
+    assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch",
+                            "sender_budget"}, reasons
     assert reasons.get("question_mismatch", 0) <= 1
     assert rounds[-1]["rejected_by_sender"].get(EVIL.node_id, 0) == sum(v for k, v in reasons.items() if k != "token_share")
-    if seen == len(published):
+    if seen == len(published) and not reasons.get("sender_budget"):  # (over its budget: refused before the sandbox)
         assert reasons.get("foreign_task") == 1 and reasons.get("heldout") == len(groups["heldout"])
     # Nothing longer than max_tokens was trained, and never more than L completions of a group.
     for e in rounds:

@@ -135,3 +135,14 @@ def test_external_tokens_are_capped_to_their_share_longest_first():
     assert [g.source for g in kept] == ["a"]
     assert cap_external_tokens(own, ext, 1.0) == (ext, [])
     assert cap_external_tokens([], ext, 0.5) == (ext, [])  # I = 0: nothing to weigh against
+
+
+def test_each_sender_gets_a_bounded_share_of_the_sandbox_per_batch(make_verifier):
+    """Senders' jobs run in waves, one per sender; a sender past its budget has the rest refused unscored."""
+    groups = [_genuine(i) for i in range(5)] + [_genuine(0), _genuine(0)]
+    senders = ["flood"] * 5 + ["honest", "other"]
+    verdicts = make_verifier(sender_budget_s=1e-6).check_many(groups, senders)  # one job each, then spent
+    assert [v.reason for v in verdicts] == [None] + ["sender_budget"] * 4 + [None, None]
+    assert all(v.scores == [] for v in verdicts[1:5])  # never scored
+    # honest groups fit the default budget many times over
+    assert "sender_budget" not in [v.reason for v in make_verifier().check_many(groups, senders)]

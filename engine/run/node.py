@@ -387,7 +387,8 @@ class Node:
                 self.rejected_by_sender[shared.node_id] += 1  # the claimed sender: unproven
         # Re-encoded with our own tokenizer and template: the sender may run another model.
         t0 = time.perf_counter()
-        verdicts = self.verifier.check_many([s.group for s in screened])  # re-scores every completion
+        verdicts = self.verifier.check_many([s.group for s in screened],  # re-scores every completion,
+                                            [s.node_id for s in screened])  # within each sender's budget
         self.score_s += time.perf_counter() - t0
         for shared, verdict in zip(screened, verdicts):
             if not verdict.ok:

@@ -3,7 +3,8 @@
 The first wall (``engine.sandbox.workers`` is the second). Every answer, a peer's or our own model's,
 is scored here: at most ``MAX_ANSWER_CHARS`` characters, and through a safe equivalent where
 reasoning-gym's own ``score_answer`` would evaluate or loop on the answer. Survey of
-reasoning-gym 0.1.19 (every ``score_answer`` and the helpers it calls; see docs/SECURITY.md):
+reasoning-gym 0.1.19 (every ``score_answer`` and the helpers it calls; see docs/SECURITY.md), re-checked for
+0.1.25, the pinned version (engine/sandbox/survey.json; docs/SECURITY.md "Pinned and surveyed"):
 
 =========================  ===============================================  ==========================
 dataset                    the problem                                      here
@@ -21,10 +22,15 @@ coin_flip                  ``Fraction("1e999999999")`` takes minutes        expo
                                                                             float, same score)
 rubiks_cube                ``"R999999999"`` builds a list that long         counts reduced mod 4
 rush_hour                  ``"A+999999999"`` loops that many steps          steps clamped to the board
+propositional_logic        a truth table over every name in the answer      at most 2 names beyond the
+                           (2**n rows), a quadratic recursive parser        question's, 200 characters
+simple_integration,        ``simplify`` exponential in nested or distinct   at most 6 calls, 2 deep,
+intermediate_integration   function calls                                   160 nodes
 =========================  ===============================================  ==========================
 
-All other scorers do work linear (or, for propositional_logic, quadratic) in the answer's
-length and nothing else; the length cap bounds them. Every safe scorer gives the original's
+All other scorers do work linear in the answer's length and nothing else; the length cap bounds
+them. Behind all of it, every answer's scoring gets ``ANSWER_CPU_S`` of CPU (``cpu_limit``), whatever
+the dataset: sympy's ``simplify`` has no useful bound in an expression's size (issue 23). Every safe scorer gives the original's
 score on every answer an honest model writes (tests compare them on real entries); answers
 that are code score what the original gives an answer it cannot read.
 
@@ -36,8 +42,11 @@ from __future__ import annotations
 import ast
 import operator
 import re
+import signal
+import threading
+from contextlib import contextmanager
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 MAX_ANSWER_CHARS = 4096  # a 30 x 30 ARC grid, the largest honest answer, is ~1,800
 MAX_LITERAL_NODES = 4096
@@ -46,7 +55,40 @@ MAX_NUMBER_DIGITS = 64  # digits of one number in an expression
 MAX_POWER = 64  # |exponent| of a power in an expression
 MAX_BITS = 8192  # size of any intermediate integer in ``arithmetic``
 
+# CPU seconds one answer's scoring may take: the slowest honest answer measured (reasoning-gym's own answer,
+# 0.22 s, intermediate_integration; every other task of the presets under 0.01 s) with room for slower machines.
+# Past it the answer scores 0 (docs/SECURITY.md, "Bounded cost per sender").
+ANSWER_CPU_S = 1.0
+
 Score = Callable[[Any, str, dict[str, Any]], float]
+
+
+class OverBudget(BaseException):
+    """The CPU timer of ``cpu_limit`` fired. A BaseException: a scorer's ``except Exception`` does not swallow it."""
+
+
+@contextmanager
+def cpu_limit(seconds: float) -> Iterator[None]:
+    """Raise OverBudget in the block once it has used ``seconds`` of this process's CPU time (user + system).
+
+    POSIX main thread only (ITIMER_PROF, SIGPROF); elsewhere (Windows, other threads) a no-op and the sandbox's
+    per-job timeout is the bound. The timer fires again every 50 ms after that, so a scorer whose bare
+    ``except:`` swallows the first one is stopped too.
+    """
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise OverBudget
+
+    old = signal.signal(signal.SIGPROF, fire)
+    signal.setitimer(signal.ITIMER_PROF, max(seconds, 1e-3), 0.05)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 class Unsafe(ValueError):
@@ -267,12 +309,83 @@ def _polynomial_multiplication(ds: Any, answer: str, entry: dict[str, Any]) -> f
     return ds.score_answer(answer, entry)
 
 
+# What sympy's simplify of an integral's derivative costs grows fast in nested and distinct function
+# calls (``sin(sin(...sin(x)))`` 8 deep, or 8 different functions multiplied: 5 s and more) and in the
+# expression's size. reasoning-gym's own answers (500 of each integration task): at most 4 calls,
+# nested at most 2 deep, 64 nodes. Bounds at twice that or more; beyond them an answer scores 0.
+MAX_INTEGRAL_CALLS = 6
+MAX_INTEGRAL_CALL_DEPTH = 2
+MAX_INTEGRAL_NODES = 160
+
+
+def check_integral_text(text: str, names: set[str]) -> str:
+    """``check_sympy_text``, and at most MAX_INTEGRAL_CALLS calls nested at most MAX_INTEGRAL_CALL_DEPTH deep
+    in at most MAX_INTEGRAL_NODES nodes; Unsafe otherwise."""
+    check_sympy_text(text, names)
+    tree, nodes = _parse_bounded(text, "not an expression")
+    if len(nodes) > MAX_INTEGRAL_NODES:
+        raise Unsafe("expression too large for an integral")
+    if sum(isinstance(n, ast.Call) for n in nodes) > MAX_INTEGRAL_CALLS:
+        raise Unsafe("too many function calls")
+    if _call_depth(tree) > MAX_INTEGRAL_CALL_DEPTH:
+        raise Unsafe("function calls nested too deep")
+    return text
+
+
+def _call_depth(node: ast.AST) -> int:
+    below = max((_call_depth(c) for c in ast.iter_child_nodes(node)), default=0)
+    # E ** (...) is exp(...): sympy nests it as a call
+    is_call = isinstance(node, ast.Call) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)
+                                             and isinstance(node.left, ast.Name) and node.left.id == "E")
+    return below + (1 if is_call else 0)
+
+
 def _integration(ds: Any, answer: str, entry: dict[str, Any]) -> float:
     try:
-        check_sympy_text(answer, {entry["metadata"]["variable"], "C"})
+        check_integral_text(answer, {entry["metadata"]["variable"], "C"})
     except Unsafe:
         return 0.0
     return ds.score_answer(answer, entry)
+
+
+# propositional_logic builds a truth table over every name an answer uses (2**n rows: 16 names take
+# seconds, 18 minutes), and its parser rescans the rest of the text at every operator (quadratic,
+# recursion as deep as the operators). An honest answer names only the question's variables (at most
+# 6 under ANY_TASK_CAPS) in a short formula: reasoning-gym's premises are at most ~60 characters.
+MAX_LOGIC_CHARS = 200
+MAX_LOGIC_EXTRA_NAMES = 2  # names beyond the question's variables (a wrong answer may still name some)
+MAX_LOGIC_OPERATORS = 48
+_LOGIC_OPERATORS = "∧∨¬→↔"
+
+
+def _propositional_logic(ds: Any, answer: str, entry: dict[str, Any]) -> float:
+    from reasoning_gym.logic.propositional_logic import Expression
+
+    if len(answer) > MAX_LOGIC_CHARS or sum(answer.count(c) for c in _LOGIC_OPERATORS) > MAX_LOGIC_OPERATORS:
+        return 0.0
+    try:
+        expr = Expression.from_string(answer)
+    except (ValueError, RecursionError):  # the original: 0 for what it cannot read
+        return 0.0
+    names = _logic_names(expr)
+    if names is None or len(names - set(entry["metadata"]["variables"])) > MAX_LOGIC_EXTRA_NAMES:
+        return 0.0
+    return ds.score_answer(answer, entry)
+
+
+def _logic_names(expr: Any) -> set[str] | None:
+    """The variable names of a parsed formula (its leaves); None where it is not one."""
+    out: set[str] = set()
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e.operator is None:
+            if not isinstance(e.left, str):
+                return None
+            out.add(e.left)
+        else:
+            stack += [c for c in (e.left, e.right) if c is not None and hasattr(c, "operator")]
+    return out
 
 
 _EXPONENT = re.compile(r"([-+]?)(\d+(?:_\d+)*)(\s*)")
@@ -324,6 +437,7 @@ SAFE_SCORERS: dict[str, Score] = {
     "polynomial_multiplication": _polynomial_multiplication,
     "simple_integration": _integration,
     "intermediate_integration": _integration,
+    "propositional_logic": _propositional_logic,
     "coin_flip": _coin_flip,
     "rubiks_cube": _rubiks_cube,
     "rush_hour": _rush_hour,
@@ -335,9 +449,15 @@ def capped(answer: str | None) -> str | None:
     return answer if answer is not None and len(answer) <= MAX_ANSWER_CHARS else None
 
 
-def score_answer(dataset: str, ds: Any, answer: str | None, entry: dict[str, Any]) -> float:
-    """reasoning-gym's score for one extracted answer, computed safely; raises what the scorer raises."""
+def score_answer(dataset: str, ds: Any, answer: str | None, entry: dict[str, Any],
+                 cpu_s: float = ANSWER_CPU_S) -> float:
+    """reasoning-gym's score for one extracted answer, computed safely in at most ``cpu_s`` CPU seconds (0 past
+    them); raises what the scorer raises."""
     if answer is None or len(answer) > MAX_ANSWER_CHARS:
         return 0.0
     safe = SAFE_SCORERS.get(dataset)
-    return safe(ds, answer, entry) if safe is not None else ds.score_answer(answer, entry)
+    try:
+        with cpu_limit(cpu_s):
+            return safe(ds, answer, entry) if safe is not None else ds.score_answer(answer, entry)
+    except OverBudget:
+        return 0.0

@@ -35,10 +35,19 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from engine.sandbox.safe_scoring import ANSWER_CPU_S, OverBudget, cpu_limit
 from engine.tasks import hashseed
 from wire.protocol import TaskSpec
 
-DEFAULT_TIMEOUT_S = 5.0  # an honest group scores in milliseconds (sympy tasks: well under a second)
+# Work per job, from measured honest cost (CPU seconds, docs/SECURITY.md "Bounded cost per sender"): the slowest
+# honest generation of the presets' and ANY_TASK_CAPS' tasks is 0.9 s (puzzle24; bf at difficulty 2: 0.5 s), the
+# slowest honest answer 0.22 s (intermediate_integration), most tasks a millisecond. Inside the worker, generation
+# gets GENERATION_CPU_S, each answer ANSWER_CPU_S (engine.sandbox.safe_scoring), the whole job JOB_CPU_S: past
+# them the job ends softly ("timeout", the worker lives on). The parent's wall-clock timeout is the backstop
+# (a loaded machine, a scorer stuck in C code): twice the job's CPU budget.
+GENERATION_CPU_S = 2.0
+JOB_CPU_S = 3.0
+DEFAULT_TIMEOUT_S = 2 * JOB_CPU_S
 DEFAULT_MEMORY_MB = 1536  # a worker with reasoning-gym loaded uses ~200 MB of address space
 STARTUP_TIMEOUT_S = 120.0  # importing reasoning-gym takes ~1 s on an idle machine
 MAX_JOB_CPU_S = 60
@@ -123,9 +132,12 @@ def run_job(job: Job) -> Result:
     from engine.sandbox.safe_scoring import score_answer
     from engine.tasks.questions import content_key, regenerate, scorer_for
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
-        q = regenerate(job.spec)
+        with cpu_limit(GENERATION_CPU_S):
+            q = regenerate(job.spec)
+    except OverBudget:  # settings whose generator loops or crawls: a soft timeout, the worker lives on
+        return failed(job, "timeout", time.perf_counter() - t0)
     except Exception:  # noqa: BLE001 - unknown dataset or settings reasoning-gym rejects
         return failed(job, "bad_spec", time.perf_counter() - t0)
     key = content_key(job.spec.dataset, q.entry)
@@ -135,18 +147,26 @@ def run_job(job: Job) -> Result:
             return Result([0.0] * len(job.answers), reason, key, time.perf_counter() - t0)
     ds = scorer_for(job.spec)
     scorer = _SafeScorer(job.spec.dataset, ds)
-    scores = [answer_score(scorer, q.entry, a) for a in job.answers]
+    scores = []
+    for a in job.answers:  # every answer within ANSWER_CPU_S, all of them within JOB_CPU_S
+        left = JOB_CPU_S - (time.process_time() - c0)
+        if left <= 0:  # the answers scored so far keep their scores (own groups use them), the rest 0
+            rest = [0.0] * (len(job.answers) - len(scores))
+            return Result(scores + rest, "timeout", key, time.perf_counter() - t0)
+        scorer.cpu_s = min(ANSWER_CPU_S, left)
+        scores.append(answer_score(scorer, q.entry, a))
     return Result(scores, None, key, time.perf_counter() - t0)
 
 
 class _SafeScorer:
     def __init__(self, dataset: str, ds: Any) -> None:
         self.dataset, self.ds = dataset, ds
+        self.cpu_s = ANSWER_CPU_S
 
     def score_answer(self, answer: str | None, entry: dict[str, Any]) -> float:
         from engine.sandbox.safe_scoring import score_answer
 
-        return score_answer(self.dataset, self.ds, answer, entry)
+        return score_answer(self.dataset, self.ds, answer, entry, self.cpu_s)
 
 
 def _limit(memory_mb: int) -> None:

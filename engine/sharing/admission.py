@@ -5,7 +5,8 @@ A peer's group is trained on only if, in this order (cheap checks first, reasoni
 2. it was not trained here before (``replay``);
 3. it has at least 2 completions (``too_few``); more than this node's L are subsampled to L;
 4. this node's prompt for its question is at most ``max_prompt_tokens`` (``too_long``);
-5. in the sandbox, the spec regenerates (``bad_spec``) to the question and answer it carries
+5. its sender has sandbox time left this round (``sender_budget``: refused unscored);
+   in the sandbox, the spec regenerates (``bad_spec``) to the question and answer it carries
    (``question_mismatch``, ``answer_mismatch``), within the time limit (``timeout``, ``worker_died``);
 6. its question is not (the same content as) a held-out question (``heldout``);
 7. every completion, re-scored here, is consistent with the reward its sender claims
@@ -23,7 +24,7 @@ import hashlib
 
 import msgspec
 import random
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -37,6 +38,10 @@ from wire.protocol import MAX_FORMAT_BONUS, Group, TaskSpec
 TOLERANCE = 1e-4
 MAX_PROMPT_TOKENS = 2048  # the easy preset's prompts with 2 examples are ~200-400 tokens
 REPLAY_MEMORY = 100_000  # specs remembered as trained (16-byte digests: ~10 MB at most)
+# Seconds of sandbox work (regeneration + scoring, as the worker measures it) one sender gets per round. An honest
+# group costs milliseconds (a sympy task's up to ~0.5 s), so an honest sender's few groups a round fit many times
+# over; a flood stops after about this much, plus one job (docs/SECURITY.md "Bounded cost per sender").
+SENDER_BUDGET_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,9 @@ class Verifier:
                  tokenize: Callable[[str], list[int]], detokenize: Callable[[list[int]], str],
                  prompt_ids: Callable[[Question], list[int]], completions: int, max_tokens: int,
                  format_bonus: float, any_task: bool = False, max_prompt_tokens: int = MAX_PROMPT_TOKENS,
-                 model: str | None = None) -> None:
+                 model: str | None = None, sender_budget_s: float = SENDER_BUDGET_S) -> None:
         self.mix = mix
+        self.sender_budget_s = sender_budget_s
         self.heldout_keys = {question_key(q) for q in heldout}
         self.sandbox = sandbox
         self.tokenize, self.detokenize, self.prompt_ids = tokenize, detokenize, prompt_ids
@@ -129,14 +135,43 @@ class Verifier:
         lp = group.logprobs[i]
         return list(lp[:n_kept]) if len(lp) in (n_text, n_text + 1) else None
 
-    def check_many(self, groups: list[Group]) -> list[Verdict]:
-        """One verdict per group; all sandbox jobs of the batch run in parallel."""
+    def check_many(self, groups: list[Group], senders: list[str] | None = None) -> list[Verdict]:
+        """One verdict per group.
+
+        Without ``senders`` all sandbox jobs of the batch run in parallel. With them (one per group: who sent it),
+        each sender gets ``sender_budget_s`` seconds of sandbox work for the batch (the node checks one batch a
+        round): jobs run in waves, one per sender still within its budget, senders in parallel; a sender's groups
+        left once its work passes the budget are refused unscored (``sender_budget``). A sender can so overrun by
+        at most one job (itself bounded: engine.sandbox.workers.JOB_CPU_S).
+        """
         pre = [self._precheck(g) for g in groups]
-        pending = [p for p in pre if isinstance(p, _Pending)]
-        jobs = [Job(p.group.spec, [capped(extract_answer(c.text)) for c in p.completions], p.group.question, p.group.answer)
-                for p in pending]
-        results = iter(self.sandbox.run(jobs) if jobs else [])
-        return [Verdict(p) if isinstance(p, str) else self._postcheck(p, next(results)) for p in pre]
+        job = {i: Job(p.group.spec, [capped(extract_answer(c.text)) for c in p.completions], p.group.question,
+                      p.group.answer) for i, p in enumerate(pre) if isinstance(p, _Pending)}
+        results: dict[int, Result | str] = {}
+        if senders is None:
+            results = dict(zip(job, self.sandbox.run(list(job.values())) if job else []))
+        else:
+            queues: dict[str, list[int]] = {}
+            for i in job:
+                queues.setdefault(senders[i], []).append(i)
+            spent: Counter[str] = Counter()
+            while any(queues.values()):
+                wave = []
+                for sender, waiting in queues.items():
+                    if waiting and spent[sender] >= self.sender_budget_s:
+                        results.update((i, "sender_budget") for i in waiting)
+                        waiting.clear()
+                    elif waiting:
+                        wave.append((sender, waiting.pop(0)))
+                for (sender, i), result in zip(wave, self.sandbox.run([job[i] for _, i in wave]) if wave else []):
+                    spent[sender] += result.seconds
+                    results[i] = result
+        out = []
+        for i, p in enumerate(pre):
+            r = results.get(i)
+            out.append(Verdict(p) if isinstance(p, str) else Verdict(r) if isinstance(r, str) or r is None
+                       else self._postcheck(p, r))
+        return out
 
     def check(self, group: Group) -> Verdict:
         return self.check_many([group])[0]

@@ -6,7 +6,7 @@ and by ``frontier`` (the highest level a task's ladder reaches). Pure data and o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 # With ``external_any_task``: the datasets a node accepts outside its own mix, and for each the
 # settings it accepts with their largest value (a number) or None (a flag, a word or a short
@@ -34,11 +34,24 @@ ANY_TASK_CAPS: dict[str, dict[str, float | None]] = {
 MAX_LIST_ITEMS = 8
 MAX_WORD_CHARS = 32
 
+# Settings inside the caps whose generator never ends (found by timing random settings within ANY_TASK_CAPS,
+# reasoning-gym 0.1.25; docs/SECURITY.md "Bounded cost per sender"): refused before reasoning-gym sees them.
+# Anything else slow is cut by the sandbox's generation budget (engine.sandbox.workers.GENERATION_CPU_S).
+# - base_conversion draws a target base until it differs from the source base: one base only loops.
+# - calendar_arithmetic draws a date until it is not January 1: offset_upper_bound 0 loops.
+ANY_TASK_RULES: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "base_conversion": lambda c: c.get("max_base", 16) > c.get("min_base", 2),
+    "calendar_arithmetic": lambda c: c.get("offset_upper_bound", 100) >= 1,
+}
+
 
 def config_within_caps(dataset: str, config: dict[str, Any]) -> bool:
-    """True if every setting is one ``ANY_TASK_CAPS`` lists for the dataset, within its cap."""
+    """True if every setting is one ``ANY_TASK_CAPS`` lists for the dataset, within its cap, and the
+    settings together are not ones whose generator never ends (``ANY_TASK_RULES``)."""
     caps = ANY_TASK_CAPS.get(dataset)
-    return caps is not None and all(name in caps and _within(value, caps[name]) for name, value in config.items())
+    rule = ANY_TASK_RULES.get(dataset)
+    return (caps is not None and all(name in caps and _within(value, caps[name]) for name, value in config.items())
+            and (rule is None or rule(config)))
 
 
 def _within(value: Any, cap: float | None) -> bool:
