@@ -7,7 +7,7 @@ import time
 import pytest
 
 from engine.sandbox.safe_scoring import SAFE_SCORERS
-from engine.sandbox.workers import Job, Sandbox
+from engine.sandbox.workers import DEFAULT_MEMORY_MB, PROBES_ENV, Job, Sandbox, _Worker
 from engine.tasks.questions import QuestionStream, TaskEntry, build_mix
 from wire.protocol import TaskSpec
 
@@ -53,19 +53,43 @@ def test_code_in_answers_never_runs_in_a_worker(sandbox, dataset, tmp_path):
     assert not marker.exists()
 
 
-def test_a_hanging_scorer_is_killed_and_the_worker_replaced(tmp_path):
+def test_a_slow_answer_is_cut_by_its_cpu_limit_and_the_others_keep_their_scores():
     # Allowed by the safe checks (small powers), but sympy's simplify of its derivative never ends:
-    # the sandbox is the wall that stops it.
+    # the per-answer CPU limit (ANSWER_CPU_S) ends it and it scores 0; the job and the worker go on.
     q = _question("simple_integration")
     v = q.entry["metadata"]["variable"]
     slow = " * ".join(f"({v} + {k})**60" for k in range(1, 12)) + " + C"
-    with Sandbox(workers=1, timeout_s=1.5) as sb:
+    with Sandbox(workers=1, timeout_s=60.0) as sb:  # a wall far away: the CPU limit is what acts
         t0 = time.perf_counter()
         (r,) = sb.run([Job(q.spec, [q.answer, slow])])
-        assert r.reason == "timeout" and r.scores == [0.0, 0.0]
+        assert r.ok and r.scores == [1.0, 0.0]
+        assert time.perf_counter() - t0 < 30
+        assert sb.restarts == 0
+
+
+class _SleepyWorker(_Worker):
+    """Runs test probes (PROBES_ENV, set here only): code that waits without using CPU, which no CPU
+    limit ends, as a scorer stuck in a system call would."""
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), PROBES_ENV: "1"}
+
+
+def test_a_job_no_cpu_limit_ends_is_killed_by_the_wall_clock_and_the_worker_replaced():
+    w = _SleepyWorker(DEFAULT_MEMORY_MB)
+    w.start()
+    try:
+        w.wait_ready()
+        spec = _question("basic_arithmetic").spec
+        t0 = time.perf_counter()
+        r = w.call(Job(spec, ["1"]), 1.5, probe="import time; time.sleep(60)")
+        assert r.reason == "timeout" and r.scores == [0.0]
         assert time.perf_counter() - t0 < 15
-        (again,) = sb.run([Job(q.spec, [q.answer])])  # a fresh worker takes over
-        assert again.ok and again.scores == [1.0] and sb.restarts == 1
+        assert w.proc is None or w.proc.poll() is not None  # that process is gone
+        again = w.call(Job(spec, []), 10.0, probe="result = 6 * 7")  # a fresh one takes over
+        assert again.reason == "ok: 42"
+    finally:
+        w.kill()
 
 
 def test_a_worker_that_cannot_live_is_a_clear_result():
