@@ -274,6 +274,15 @@ class Trainer:
         return sum(len(u.prompt_ids) - (self._prefixes.prefix_len(u.prompt_ids) if self.cfg.shared_prefix else 0)
                    for u in batch)
 
+    def _prefix_bytes(self) -> int:
+        """Activation memory of the update's beginnings' passes (kept until the update's end)."""
+        fams = self._prefixes.families
+        if not self._prefixes.tokens:
+            return 0
+        root = len(fams[0])
+        cells = root + sum(len(f) for f in fams[1:])  # each pass's rows and their key lengths
+        return self.plan.estimate(BatchShape(self._prefixes.tokens, cells))
+
     def _run_prefixes(self, grad: bool) -> tuple[list[PrefixCache | None], list[PrefixCache | None]]:
         """The update's beginnings, run once: (their caches, with autograd history; the leaves the
         micro-batches attend to, whose gradients sum over micro-batches). Without grad, both the same."""
@@ -403,6 +412,8 @@ class Trainer:
             return TrainStats(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
         self._prefixes = plan_prefixes([g.prompt_ids for g in groups]) if self.cfg.shared_prefix \
             else PrefixPlan(((),), {})
+        # The beginnings' activations live through the update: micro-batches get what is left of the budget.
+        self.plan.budget = max(self.cfg.memory_budget // 4, self.cfg.memory_budget - self._prefix_bytes())
         batches = self._batches(groups)
         if self.cfg.shared_prefix:  # again, over the parts: a group split in two runs its prompt once too
             self._prefixes = plan_prefixes([u.prompt_ids for batch in batches for u in batch])
