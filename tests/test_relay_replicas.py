@@ -200,8 +200,10 @@ def test_a_node_keeps_training_when_its_replica_dies(tmp_path: Path, replicas: t
     rounds = [e for e in all_events if e["type"] == "round"]
     assert [e["round"] for e in rounds] == [1, 2, 3, 4]  # never stopped training
     assert rounds[0]["relay_connected"] and rounds[-1]["relay_connected"]
-    messages = [e["message"] for e in all_events if e["type"] == "status"]
-    assert any(m.startswith(f"reconnected to relay {rb.url}") for m in messages), messages
+    # The link's changes are `relay` events: replica A lost, then connected to replica B.
+    links = [(e["state"], e["url"]) for e in all_events if e["type"] == "relay"]
+    lost = next((i for i, (state, _) in enumerate(links) if state == "unreachable"), None)
+    assert lost is not None and ("connected", rb.url) in links[lost:], links
     assert sum(e["external_groups"] for e in rounds[1:]) > 0, "trained on nothing from the surviving replica"
 
 
