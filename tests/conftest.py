@@ -67,3 +67,21 @@ def redis_server(tmp_path: Path):
     server = RedisServer(tmp_path / "redis").start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    """The real main window, offscreen, with its settings and data under tmp_path; its engine and local
+    relay stopped afterwards (the app tests that script an engine child share it)."""
+    from app.settings import AppSettings
+    from app.window import MainWindow
+
+    monkeypatch.setenv("SAPO_CONFIG_DIR", str(tmp_path / "config"))
+    w = MainWindow(AppSettings(data_dir=str(tmp_path / "data")))
+    qtbot.addWidget(w)
+    yield w
+    if w.engine.running:
+        w.engine._proc.kill()
+        w.engine._proc.wait(5000)
+    if w.relay is not None:
+        w.relay.stop()

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from app import engine_process
-from app.settings import AppSettings
 from app.window import MainWindow
 from wire import events as ev
 
@@ -36,15 +35,6 @@ def _eval(n: int, accuracy: float) -> ev.Eval:
     return ev.Eval(round=n, eval_accuracy=accuracy, eval_sampled_reward=0.3, eval_questions=10, eval_s=1.0)
 
 
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("SAPO_CONFIG_DIR", str(tmp_path / "config"))
-    w = MainWindow(AppSettings(data_dir=str(tmp_path / "data")))
-    qtbot.addWidget(w)
-    yield w
-    if w.engine.running:
-        w.engine._proc.kill()
-        w.engine._proc.wait(5000)
 
 
 def run_script(qtbot, window: MainWindow, monkeypatch, path: Path, events: list[ev.Event]) -> None:

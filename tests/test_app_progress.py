@@ -11,8 +11,6 @@ import pytest
 from app import eta
 from app.dashboard import Dashboard
 from app.run_model import RunModel
-from app.settings import AppSettings
-from app.window import MainWindow
 from tests.test_app_history import _round, run_script
 from wire import events as ev
 
@@ -112,17 +110,6 @@ def test_figures_say_what_they_mean(dashboard):
     assert "single best answer" in dashboard.card_test.toolTip()
 
 
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("SAPO_CONFIG_DIR", str(tmp_path / "config"))
-    w = MainWindow(AppSettings(data_dir=str(tmp_path / "data")))
-    qtbot.addWidget(w)
-    yield w
-    if w.engine.running:
-        w.engine._proc.kill()
-        w.engine._proc.wait(5000)
-    if w.relay is not None:
-        w.relay.stop()
 
 
 def test_pause_says_pausing_at_once_then_the_round_it_paused_in(qtbot, window, tmp_path, monkeypatch):

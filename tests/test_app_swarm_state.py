@@ -13,7 +13,6 @@ from test_app_history import _round, run_script, stop
 
 from app.replay import read_events
 from app.run_model import RunModel
-from app.settings import AppSettings
 from app.window import MainWindow
 from wire import events as ev
 from wire.identity import Identity
@@ -27,15 +26,6 @@ def _start(**settings) -> ev.Start:
                     round_start=0, round_end=None, threads=2, settings={"relay": RELAY, "offline": False} | settings)
 
 
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("SAPO_CONFIG_DIR", str(tmp_path / "config"))
-    w = MainWindow(AppSettings(data_dir=str(tmp_path / "data")))
-    qtbot.addWidget(w)
-    yield w
-    if w.engine.running:
-        w.engine._proc.kill()
-        w.engine._proc.wait(5000)
 
 
 def test_connected_says_one_count_in_one_wording_and_stop_says_not_connected(qtbot, window, tmp_path, monkeypatch):
