@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import base64
 import binascii
 import logging
@@ -25,6 +26,7 @@ import platformdirs
 from relay.backend import Unavailable
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
+from relay.swarms import load_swarms
 from relay.tls import TLSSetupError, server_context
 from wire import identity as ident
 
@@ -113,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tls-cert", type=Path, metavar="FILE",
                     help="PEM certificate (then any intermediates): serve wss:// and https:// (needs --tls-key)")
     ap.add_argument("--tls-key", type=Path, metavar="FILE", help="PEM private key of --tls-cert, unencrypted")
+    ap.add_argument("--swarms", type=Path, metavar="FILE.toml",
+                    help="serve only the swarms this file declares, each with its task mix (manifest) that joining "
+                         "nodes follow, public (listed at /swarms) or private (its own token); docs/DEPLOY.md")
     ap.add_argument("--no-status-page", dest="status_page", action="store_false",
                     help="do not serve the public status page (/, /swarm/NAME, /api/...)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -155,6 +160,11 @@ def _node_id_of(text: str) -> str | None:
 def config_from_args(args: argparse.Namespace) -> RelayConfig:
     """The relay's config; ValueError (one line) on a bad value, an unusable certificate or key included."""
     config = _config(args)
+    if args.swarms is not None:
+        swarms, notes = load_swarms(args.swarms, config.token)
+        for note in notes:
+            log.warning("%s", note)
+        config = dataclasses.replace(config, swarms=swarms)
     if config.tls_cert is not None and config.tls_key is not None:
         server_context(config.tls_cert, config.tls_key)  # now, so a bad pair is exit 2 before anything starts
     return config

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -36,12 +37,14 @@ from websockets.http11 import Request, Response
 
 from wire import identity as ident
 from wire import protocol as p
+from wire.manifest import manifest_bytes
 from relay.backend import STATS_FILE, Backend, EmbeddedBackend, Unavailable
 from relay.metrics import Metrics
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
 from relay.status import relay_status, swarm_status
 from relay.status_page import CSP, HTML
+from relay.swarms import SwarmEntry
 from relay.tls import server_context
 
 log = logging.getLogger("relay.server")
@@ -84,6 +87,9 @@ class RelayConfig:
     tls_cert: Path | None = None  # both set: serve wss:// and https:// (relay/tls.py)
     tls_key: Path | None = None
     status_page: bool = True  # GET / and /swarm/NAME, and their JSON under /api/ (public: relay/status.py)
+    # --swarms FILE (relay/swarms.py): when set, only these swarms are served, each node is welcomed with its
+    # swarm's manifest, and a swarm's own token (private swarms) is checked as the relay's is.
+    swarms: dict[str, SwarmEntry] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -167,6 +173,9 @@ class Relay:
         self._stopping: asyncio.Future[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         c = config
+        # Each declared swarm's manifest as the welcome carries it (plain JSON, encoded once per start).
+        self._manifests: dict[str, dict[str, Any]] = {
+            name: msgspec.json.decode(manifest_bytes(entry.manifest)) for name, entry in (c.swarms or {}).items()}
         self._limits = p.Limits(
             max_frame_bytes=p.MAX_FRAME_BYTES,
             max_groups_per_publish=p.MAX_GROUPS_PER_PUBLISH,
@@ -393,7 +402,10 @@ class Relay:
             peers = await self.backend.peers_online(hello.swarm, len(swarm))
         except Unavailable:
             peers = len(swarm)
-        welcome = p.Welcome(node_id=node_id, peers=peers, limits=self._limits, server_version=SERVER_VERSION)
+        declared = self.config.swarms.get(hello.swarm) if self.config.swarms is not None else None
+        welcome = p.Welcome(node_id=node_id, peers=peers, limits=self._limits, server_version=SERVER_VERSION,
+                            manifest=self._manifests.get(hello.swarm),
+                            manifest_digest=declared.digest if declared is not None else None)
         await ws.send(p.encode_bytes(welcome), text=True)
         log.debug("hello from %s in swarm %r", node_id, hello.swarm)
         return session
@@ -412,8 +424,16 @@ class Relay:
 
     def _admit(self, hello: p.Hello, node_id: str, address: str) -> None:
         token = self.config.token
-        if token is not None and (hello.token is None or not hmac.compare_digest(hello.token.encode(), token.encode())):
+        if token is not None and not _token_ok(hello.token, token):
             raise p.ProtocolError(p.Code.UNAUTHORIZED, "this relay needs the right token")
+        if self.config.swarms is not None:
+            declared = self.config.swarms.get(hello.swarm)
+            if declared is None:
+                names = sorted(n for n, e in self.config.swarms.items() if e.manifest.public)
+                raise p.ProtocolError(p.Code.UNAUTHORIZED, f"this relay serves no swarm {hello.swarm!r}"
+                                      + (f" (public: {', '.join(names)[:120]})" if names else ""))
+            if declared.token is not None and not _token_ok(hello.token, declared.token):
+                raise p.ProtocolError(p.Code.UNAUTHORIZED, f"swarm {hello.swarm!r} is private: it needs its token")
         allowed = self.config.allowed_keys
         if allowed is not None and node_id not in allowed:
             raise p.ProtocolError(p.Code.UNAUTHORIZED, f"node {node_id} is not on this relay's list of admitted keys")
@@ -557,6 +577,10 @@ class Relay:
         credited = await self.backend.report(s.swarm, s.node_id, msg.round, msg.trained, now)
         self.metrics.adoptions.inc(credited)
         return p.encode_bytes(p.Ack(accepted=credited))
+
+
+def _token_ok(given: str | None, expected: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _address(ws: ServerConnection) -> str:

@@ -230,6 +230,23 @@ class Relay(Event, tag="relay", frozen=True):
     retry_at: float | None = None
 
 
+class SwarmManifest(Event, tag="manifest", frozen=True):
+    """The swarm's manifest (wire/manifest.py) as this node met it: ``adopted`` (its mix is this node's now),
+    ``changed`` (the relay announces another digest than the one this node joined with: ``changes`` says what;
+    the node keeps the one it joined with), ``refused`` (``reason``; the node trains alone on its own mix)."""
+
+    state: Literal["adopted", "changed", "refused"]
+    swarm: str
+    digest: str = ""  # sha256 of the manifest this event is about
+    mix: list[str] = []  # the tasks in short words (wire.manifest.mix_summary)
+    completions: int | None = None
+    max_tokens: int | None = None
+    format_bonus: float | None = None
+    joined_digest: str = ""  # changed: the digest this node joined with and keeps
+    changes: list[str] = []
+    reason: str = ""
+
+
 class History(Event, tag="history", frozen=True):
     """Right after ``start``: the rounds and evaluations this node made before, from its data dir
     (``events.jsonl``, engine/run/history.py), up to the round it resumed from, oldest first. A
@@ -240,9 +257,9 @@ class History(Event, tag="history", frozen=True):
 
 
 AnyEvent = (Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
-            | Relay | History)
+            | Relay | SwarmManifest | History)
 EVENT_TYPES: tuple[type[Event], ...] = (Start, StateChanged, PhaseProgress, Download, Status, Warning, ErrorEvent,
-                                        Stop, Round, Eval, Swarm, Relay, History)
+                                        Stop, Round, Eval, Swarm, Relay, SwarmManifest, History)
 
 
 # --- commands into a node --------------------------------------------------------------

@@ -12,7 +12,7 @@ Conversation (one reply per request, in order)::
     hello {swarm, public_key, ...}       ->
                                          <- challenge {nonce}            (or error + close)
     auth {signature of the nonce}        ->
-                                         <- welcome {node_id, peers, limits}   (or error + close)
+                                         <- welcome {node_id, peers, limits, manifest?}   (or error + close)
     publish {groups, signatures}         ->
                                          <- ack {accepted, rejected}
     sample {n, max_age_s, tasks}         ->
@@ -71,7 +71,8 @@ from wire import identity as ident
 from wire.identity import Identity
 
 # v2: signed identities (challenge at hello), signed groups and reports, no chosen names.
-PROTOCOL_VERSION = 2
+# v3: the welcome carries the swarm's manifest and its digest (wire/manifest.py) where the relay declares one.
+PROTOCOL_VERSION = 3
 
 # Bounds on what a peer may send. Generous for real use, tight enough that one
 # hostile frame cannot cost the relay more than a few hundred KB. A relay may set
@@ -290,6 +291,11 @@ class Welcome(_Message, tag="welcome", frozen=True):
     peers: Count
     limits: Limits
     server_version: ShortText
+    # The swarm's manifest (``wire.manifest.Manifest`` as JSON) and the sha256 of its canonical encoding; None
+    # where the relay declares none. Left as plain JSON here, so that a node checks it on its own
+    # (``wire.manifest.decode_manifest``) and refuses a bad one without refusing the relay.
+    manifest: dict[str, Any] | None = None
+    manifest_digest: Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")] | None = None
 
 
 class Publish(_Message, tag="publish", frozen=True):

@@ -108,6 +108,14 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
             case ev.Relay():
                 wait = max(0, round((e.retry_at or 0) - time.time()))
                 line = f"relay: {e.url} unreachable ({e.reason}); training on local groups, next try in {wait}s"
+            case ev.SwarmManifest(state="adopted"):
+                line = (f"swarm {e.swarm}: following its manifest {e.digest[:12]} | L={e.completions} "
+                        f"max_tokens {e.max_tokens} | {'; '.join(e.mix)}")
+            case ev.SwarmManifest(state="changed"):
+                line = (f"swarm {e.swarm}: its manifest changed ({e.joined_digest[:12]} -> {e.digest[:12]}: "
+                        f"{', '.join(e.changes) or 'content'}); this node keeps the one it joined with")
+            case ev.SwarmManifest():
+                line = f"swarm {e.swarm}: manifest refused ({e.reason}); training alone on this node's own mix"
             case ev.Stop():
                 line = f"stopped after round {e.round}: {e.reason}"
             case _:

@@ -63,6 +63,7 @@ from engine.sharing.selection import Candidate, candidates_to_sample, dead_slots
 from engine.sharing.swarm_client import SwarmClient
 from engine.tasks import frontier
 from engine.tasks.groups import Completion, ScoredGroup, summarize
+from engine.tasks.swarm_mix import SwarmMix
 from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed,
                                     heldout_set, question_key)
 from engine.tasks.rewards import Score
@@ -99,13 +100,17 @@ class Node:
     """Owns the node's state and its round; samples and trains on a ``Backbone`` (its own, or shared)."""
 
     def __init__(self, cfg: NodeConfig, model: PreparedModel, node_id: str, events: EventLog, data_dir: Path,
-                 swarm: SwarmClient | None = None, backbone: Backbone | None = None) -> None:
+                 swarm: SwarmClient | None = None, backbone: Backbone | None = None,
+                 swarm_mix: SwarmMix | None = None) -> None:
         cfg.check_resolved()
         self.cfg = cfg
         self.model_name = model.name
         self.node_id = node_id
         self.events = events
-        self.mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
+        # A swarm's manifest (engine/tasks/swarm_mix.py) replaces the node's own task mix; its prompts stay its own.
+        self.swarm_mix = swarm_mix
+        self.mix = swarm_mix.mix if swarm_mix is not None else build_mix(cfg.preset, cfg.tasks, cfg.task_weights,
+                                                                         cfg.task_config)
         self.owns_backbone = backbone is None
         threads = cfg.threads or 1
         torch.set_num_threads(threads)
@@ -134,7 +139,8 @@ class Node:
         self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
                                  detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
                                  completions=cfg.completions, max_tokens=cfg.max_tokens,
-                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task, model=model.name)
+                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task, model=model.name,
+                                 swarm_admits=swarm_mix.admits if swarm_mix is not None else None)
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
@@ -305,7 +311,11 @@ class Node:
         by_task = Counter(g.question.spec.dataset for g in r.own)
         rounds = {task: (v["accuracy"], by_task[task]) for task, v in _per_task(r.own).items()}
         tops = {e.dataset: frontier.top_level(e.dataset, e.config) for e in self.mix}
-        self.stream.state.levels, r.level_changes = frontier.update_levels(self.stream.state.levels, rounds, tops)
+        bounds = self.swarm_mix.bounds if self.swarm_mix is not None else {}
+        tops.update({task: high for task, (_, high) in bounds.items()})  # a manifest's level range
+        floors = {task: low for task, (low, _) in bounds.items()}
+        self.stream.state.levels, r.level_changes = frontier.update_levels(self.stream.state.levels, rounds, tops,
+                                                                           floors)
 
     def _record(self, r: RoundWork) -> None:
         assert r.train is not None

@@ -71,10 +71,16 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         from engine.sharing.swarm_client import SwarmClient
 
         swarm = SwarmClient(cfg.relay, cfg.swarm, loaded.identity, model.name, cfg.token, on_status=events.status,
-                            ca_file=cfg.relay_ca_file, on_link=events.emit)
+                            ca_file=cfg.relay_ca_file, on_link=events.emit, on_manifest=events.emit,
+                            ca_sha256=cfg.relay_ca_sha256)
     elif not cfg.offline:
         events.status("no relay given (--relay ws://host:port): training alone")
-    node = Node(cfg, model, node_id, events, data_dir, swarm)
+    mix = None
+    if swarm is not None:  # the swarm's manifest, where its relay declares one (engine/run/joining.py)
+        from engine.run.joining import join
+
+        cfg, mix = join(swarm, cfg, data_dir, events)
+    node = Node(cfg, model, node_id, events, data_dir, swarm, swarm_mix=mix)
     stop = _StopFlag()
     control = None
     if args.control == "stdin":

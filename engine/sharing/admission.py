@@ -84,8 +84,10 @@ class Verifier:
                  tokenize: Callable[[str], list[int]], detokenize: Callable[[list[int]], str],
                  prompt_ids: Callable[[Question], list[int]], completions: int, max_tokens: int,
                  format_bonus: float, any_task: bool = False, max_prompt_tokens: int = MAX_PROMPT_TOKENS,
-                 model: str | None = None, sender_budget_s: float = SENDER_BUDGET_S) -> None:
+                 model: str | None = None, sender_budget_s: float = SENDER_BUDGET_S,
+                 swarm_admits: Callable[[TaskSpec], bool] | None = None) -> None:
         self.mix = mix
+        self.swarm_admits = swarm_admits  # a swarm manifest's rule: any spec within its ranges
         self.sender_budget_s = sender_budget_s
         self.heldout_keys = {question_key(q) for q in heldout}
         self.sandbox = sandbox
@@ -97,7 +99,7 @@ class Verifier:
 
     # --- before the sandbox: pure, cheap ---
     def _precheck(self, group: Group) -> _Pending | str:
-        reason = admit(group.spec, self.mix, self.any_task)
+        reason = admit(group.spec, self.mix, self.any_task, self.swarm_admits)
         if reason is not None:
             return reason
         if spec_digest(group.spec) in self._trained:

@@ -20,6 +20,7 @@ instead of training alone forever.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import socket
 import ssl
@@ -34,6 +35,7 @@ from engine.errors import SapoError, first_line
 from wire import events as ev
 from wire.addresses import relay_url_problem, relay_urls_problem, split_relay_urls
 from wire.identity import Identity
+from wire.manifest import Manifest, decode_manifest, manifest_changes, manifest_digest, mix_summary
 from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
                            Limits, ProtocolError, Publish, Report, Sample, ServerMessage, SharedGroup, StatsReply,
                            StatsRequest, Welcome, decode, encode, group_digest, shared_group_ok, sign_challenge,
@@ -71,7 +73,9 @@ def check_relay_urls(text: str) -> list[str]:
 class SwarmClient:
     def __init__(self, url: str, swarm: str, identity: Identity, model: str, token: str | None,
                  on_status: Callable[[str], None], timeout_s: float = 10.0, ca_file: str | None = None,
-                 on_link: Callable[[ev.Relay], object] | None = None) -> None:
+                 on_link: Callable[[ev.Relay], object] | None = None,
+                 on_manifest: Callable[[ev.SwarmManifest], object] | None = None,
+                 ca_sha256: str | None = None) -> None:
         self.urls = check_relay_urls(url)
         self.url = self.urls[0]  # the one in use (or tried next)
         tls = any(u.strip().startswith("wss://") for u in url.split(","))
@@ -80,6 +84,13 @@ class SwarmClient:
             on_status(f"relay CA file {ca_file} not used: relay {url} is ws:// (no TLS)")
         # wss:// always verifies the relay's certificate and name: against ca_file, else the system's CAs.
         self._tls = tls_context(ca_file) if tls else None
+        # A self-signed relay (an invite's CA fingerprint): no CA to verify against, so its certificate itself is
+        # pinned, checked right after the handshake and before anything (the hello, a token) is sent.
+        self.ca_sha256 = ca_sha256
+        if tls and ca_sha256 is not None and ca_file is None:
+            self._tls = ssl.create_default_context()
+            self._tls.check_hostname = False
+            self._tls.verify_mode = ssl.CERT_NONE
         self.identity = identity
         self.node_id = identity.node_id
         self.swarm = swarm
@@ -99,6 +110,13 @@ class SwarmClient:
         self._trained: OrderedDict[str, None] = OrderedDict()
         self._publish_tokens = 0.0  # paces publishing to the relay's groups_per_minute
         self._publish_stamp = time.monotonic()
+        # The swarm's manifest (wire/manifest.py): the one this node joined with, and changes seen since.
+        self.manifest: Manifest | None = None
+        self.manifest_digest: str | None = None
+        self.joined: Manifest | None = None
+        self.on_manifest = on_manifest
+        self._changes_told: set[str] = set()
+        self.refused: str | None = None  # why this node stopped using the relay for good
 
     @property
     def connected(self) -> bool:
@@ -107,6 +125,8 @@ class SwarmClient:
     def ensure_connected(self) -> bool:
         if self.ws is not None:
             return True
+        if self.refused is not None:
+            return False
         if time.monotonic() < self._next_try:
             return False
         first, self._first_attempt = self._first_attempt, False
@@ -128,6 +148,16 @@ class SwarmClient:
             self._retry_later(f"relay {self.url} unreachable ({first_line(exc, 120)}){hint}",
                               plain_reason(exc) + hint)
             return False
+        if self.ca_sha256 is not None and self.url.startswith("wss://"):
+            der = ws.socket.getpeercert(binary_form=True) if isinstance(ws.socket, ssl.SSLSocket) else None
+            if der is None or hashlib.sha256(der).hexdigest() != self.ca_sha256:
+                ws.close()
+                why = (f"relay {self.url}'s certificate is not the one the invite pins "
+                       f"(sha256 {self.ca_sha256[:12]}...)")
+                if first:
+                    raise SapoError(why)
+                self._retry_later(why, "its certificate is not the invited one")
+                return False
         self.ws = ws
         reply = self._request(self.hello)
         if isinstance(reply, Challenge):
@@ -137,6 +167,8 @@ class SwarmClient:
         if not isinstance(reply, Welcome) or reply.node_id != self.node_id:
             why = f": {reply.reason}" if isinstance(reply, Error) else ""
             self._drop(f"relay {self.url} did not welcome this node{why}", "it did not welcome this node" + why)
+            return False
+        if not self._take_manifest(reply):
             return False
         self.peers = reply.peers
         if self.limits is None:
@@ -150,6 +182,45 @@ class SwarmClient:
                            f"{self.swarm!r}, {peers_online(reply.peers)}")
         self._ever_connected = True
         return True
+
+    def _take_manifest(self, welcome: Welcome) -> bool:
+        """The swarm's manifest from a welcome (wire/manifest.py), checked here; False (and refused) when it is bad.
+
+        ``manifest``: the latest announced. ``joined``: the one this node follows (set by the runner when it joins,
+        engine/run/joining.py). A different digest later is reported once (``on_manifest``), never followed.
+        """
+        if welcome.manifest is None:
+            return True
+        try:
+            if welcome.manifest_digest is None:
+                raise ValueError("the relay sent a manifest without its digest")
+            manifest = decode_manifest(welcome.manifest, welcome.manifest_digest)
+            if manifest.swarm != self.swarm:
+                raise ValueError(f"the manifest is swarm {manifest.swarm!r}'s, not {self.swarm!r}'s")
+        except ValueError as exc:
+            self.refuse(f"relay {self.url} sent a swarm manifest this node refuses: {first_line(exc, 200)}")
+            return False
+        digest = welcome.manifest_digest
+        self.manifest, self.manifest_digest = manifest, digest  # the latest announced
+        if self.joined is not None and digest != manifest_digest(self.joined) and digest not in self._changes_told:
+            self._changes_told.add(digest)
+            if self.on_manifest is not None:
+                self.on_manifest(manifest_changed(self.joined, manifest))
+        return True
+
+    def refuse(self, why: str) -> None:
+        """Stop using this relay for good (a bad manifest, a pinned digest that does not match): train alone."""
+        self.refused = why
+        ws, self.ws = self.ws, None
+        if ws is not None:
+            try:
+                ws.close()
+            except Exception:  # noqa: BLE001 - already broken; nothing more to do
+                pass
+        if self.on_manifest is not None:
+            self.on_manifest(ev.SwarmManifest(state="refused", swarm=self.swarm, reason=why))
+        else:
+            self.on_status(f"{why}; training alone")
 
     def _retry_later(self, why: str, reason: str = "") -> None:
         """``why``: the terminal's line; ``reason``: the same in a few plain words, for the app's swarm card."""
@@ -284,6 +355,12 @@ class SwarmClient:
                 ws.close()
             except Exception:  # noqa: BLE001
                 pass
+
+
+def manifest_changed(joined: Manifest, new: Manifest) -> ev.SwarmManifest:
+    """The event for a relay that announces another manifest than the one this node joined with."""
+    return ev.SwarmManifest(state="changed", swarm=new.swarm, digest=manifest_digest(new), mix=mix_summary(new),
+                            joined_digest=manifest_digest(joined), changes=manifest_changes(joined, new))
 
 
 def peers_online(n: int) -> str:

@@ -58,24 +58,25 @@ class TaskLevel:
     graded: int = 0
 
 
-def next_level(level: int, success: float | None, graded: int, top: int) -> int:
-    """The level after a round: at most one step from ``level``, within [0, top]."""
+def next_level(level: int, success: float | None, graded: int, top: int, floor: int = 0) -> int:
+    """The level after a round: at most one step from ``level``, within [floor, top] (floor: a swarm manifest's
+    lowest level of the task, else 0)."""
     if success is None or graded < MIN_GRADED:
-        return max(0, min(level, top))
+        return max(floor, min(level, top))
     if success > RAISE_ABOVE:
         level += 1
     elif success < LOWER_BELOW:
         level -= 1
-    return max(0, min(level, top))
+    return max(floor, min(level, top))
 
 
-def update(state: TaskLevel, round_success: float, groups: int, top: int) -> TaskLevel:
+def update(state: TaskLevel, round_success: float, groups: int, top: int, floor: int = 0) -> TaskLevel:
     """A task's state after ``groups`` own groups at its level scored ``round_success`` (0..1) this round."""
     if groups <= 0:
         return state
     success = round_success if state.success is None else (1 - SUCCESS_EMA) * state.success + SUCCESS_EMA * round_success
     graded = state.graded + groups
-    level = next_level(state.level, success, graded, top)
+    level = next_level(state.level, success, graded, top, floor)
     if level != state.level:
         return TaskLevel(level)
     return TaskLevel(level, success, graded)
@@ -196,16 +197,18 @@ def check_levels(mix: Sequence[Any], levels: dict[str, int]) -> None:
 
 
 def update_levels(levels: dict[str, dict[str, Any]], rounds: dict[str, tuple[float, int]],
-                  tops: dict[str, int]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+                  tops: dict[str, int], floors: dict[str, int] | None = None
+                  ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
     """Every task's state after a round, as saved with the stream, and the moves made (task -> +1 or -1).
 
     ``levels``: task -> a ``TaskLevel`` as a dict (absent: level 0, nothing graded); ``rounds``: task ->
-    (success rate, groups graded) of this round's own groups; ``tops``: task -> its top level.
+    (success rate, groups graded) of this round's own groups; ``tops``: task -> its top level; ``floors``: task ->
+    its lowest level (a swarm manifest's level range; absent: 0).
     """
     out, moves = dict(levels), {}
     for task, (success, groups) in rounds.items():
         before = TaskLevel(**levels.get(task, {}))
-        after = update(before, success, groups, tops.get(task, 0))
+        after = update(before, success, groups, tops.get(task, 0), (floors or {}).get(task, 0))
         out[task] = dataclasses.asdict(after)
         if after.level != before.level:
             moves[task] = after.level - before.level

@@ -175,8 +175,12 @@ def _spec(entry: TaskEntry, seed: int, index: int) -> TaskSpec:
 
 # --- which peer specs a node regenerates ------------------------------------------------------
 
-def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) -> str | None:
+def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False,
+          swarm: Callable[[TaskSpec], bool] | None = None) -> str | None:
     """None if this node would regenerate a peer's spec, else the reason (``foreign_task``, ``bad_spec``).
+
+    ``swarm``: the swarm manifest's rule (engine/tasks/swarm_mix.py), when this node follows one: any spec within
+    the manifest's ranges is admitted, not only this node's own settings.
 
     Its own tasks at any level of their frontier ladder (engine/tasks/frontier.py: within the caps) are
     admitted whether or not this node moves its own levels. Pure and cheap: runs before any reasoning-gym
@@ -184,6 +188,8 @@ def admit(spec: TaskSpec, mix: tuple[TaskEntry, ...], any_task: bool = False) ->
     """
     if spec.index >= MAX_INDEX:
         return "bad_spec"
+    if swarm is not None and swarm(spec):
+        return None
     key = _config_key(spec.config)
     if any(e.dataset == spec.dataset and _config_key(e.config) == key for e in mix):
         return None
