@@ -222,6 +222,11 @@ async def _run(config: RelayConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["invite"]:
+        from relay.invite_cmd import invite_main
+
+        return invite_main(argv[1:], PROG)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,

@@ -42,7 +42,7 @@ from relay.backend import STATS_FILE, Backend, EmbeddedBackend, Unavailable
 from relay.metrics import Metrics
 from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
-from relay.status import relay_status, swarm_status
+from relay.status import public_swarms, relay_status, swarm_status
 from relay.status_page import CSP, HTML
 from relay.swarms import SwarmEntry
 from relay.tls import server_context
@@ -314,12 +314,16 @@ class Relay:
                 return response
             try:
                 if path == "/api/swarms":
-                    return _response(conn, json.dumps(await relay_status(self)), "application/json")
+                    return _response(conn, json.dumps(await relay_status(self, declared=self.config.swarms)),
+                                     "application/json")
+                if path == "/swarms":  # the public swarms, for people and programs (the app's wizard)
+                    body = {"swarms": await public_swarms(self, self.config.swarms), "time": round(time.time(), 3)}
+                    return _response(conn, json.dumps(body), "application/json")
                 if path.startswith("/api/swarm/") and p.swarm_name_problem(path[11:]) is None:
                     return _response(conn, json.dumps(await swarm_status(self, path[11:])), "application/json")
             except Unavailable:
                 return _response(conn, json.dumps({"error": "unavailable"}), "application/json", 503)
-        if path == "/" or path.startswith(("/swarm/", "/api/")):
+        if path in ("/", "/swarms") or path.startswith(("/swarm/", "/api/")):
             response = conn.respond(404, "not found\n")
             response.headers["Cache-Control"] = "no-store"
             return response

@@ -18,8 +18,12 @@ import time
 from collections import Counter
 from typing import Any
 
+from collections.abc import Mapping
+
+from relay.swarms import SwarmEntry
 from relay.view import RelayView
 from wire.identity import display_name
+from wire.manifest import mix_summary
 from wire.protocol import LEADERBOARD_ROWS
 
 MAX_SWARMS_LISTED = 100
@@ -58,8 +62,34 @@ async def swarm_status(relay: RelayView, swarm: str, now: float | None = None) -
     }
 
 
-async def relay_status(relay: RelayView, now: float | None = None) -> dict[str, Any]:
-    """The swarms with peers online on this relay, busiest first (at most MAX_SWARMS_LISTED)."""
+async def public_swarms(relay: RelayView, declared: Mapping[str, SwarmEntry] | None,
+                        now: float | None = None) -> list[dict[str, Any]]:
+    """The public swarms of ``sapo-relay --swarms`` (GET /swarms, the status page, the wizard's list): what each
+    runs and how busy it is. Private swarms are never listed; no token ever is."""
+    now = time.time() if now is None else now
+    out = []
+    for name, entry in sorted((declared or {}).items())[:MAX_SWARMS_LISTED]:
+        m = entry.manifest
+        if not m.public:
+            continue
+        out.append({
+            "swarm": name,
+            "description": m.description,
+            "tasks": mix_summary(m),
+            "models": list(m.models),
+            "completions": m.completions,
+            "max_tokens": m.max_tokens,
+            "digest": entry.digest,
+            "peers_online": await relay.backend.peers_online(name, len(relay.peers.get(name, {}))),
+            "groups_per_minute": round(await relay.backend.groups_per_minute(name, now)),
+        })
+    return out
+
+
+async def relay_status(relay: RelayView, now: float | None = None,
+                       declared: Mapping[str, SwarmEntry] | None = None) -> dict[str, Any]:
+    """The swarms with peers online on this relay, busiest first (at most MAX_SWARMS_LISTED), and its public
+    swarms (``public``) where it declares swarms."""
     now = time.time() if now is None else now
     backend = relay.backend
     busiest = sorted(relay.peers.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:MAX_SWARMS_LISTED]
@@ -74,5 +104,6 @@ async def relay_status(relay: RelayView, now: float | None = None) -> dict[str, 
             }
             for name, sessions in busiest
         ],
+        "public": await public_swarms(relay, declared, now),
         "time": round(now, 3),
     }

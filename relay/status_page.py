@@ -67,6 +67,13 @@ function showRelay(d) {
     return [a, s.peers_online, s.groups_per_minute];
   }));
   $("empty").hidden = d.swarms.length > 0;
+  const pub = d.public || [];
+  fill($("public").tBodies[0], pub.map((s) => {
+    const a = el("a", s.swarm);
+    a.href = "/swarm/" + encodeURIComponent(s.swarm);
+    return [a, s.description, s.tasks.join("; "), s.models.join(", "), s.peers_online, s.groups_per_minute];
+  }));
+  $("public-box").hidden = pub.length === 0;
 }
 async function poll() {
   try {
@@ -154,6 +161,14 @@ HTML = """<!doctype html>
   <h2>Swarms</h2>
   <table id="swarms">
     <thead><tr><th>swarm</th><th>peers online</th><th>groups / min</th></tr></thead>
+    <tbody></tbody>
+  </table>
+</section>
+<section class="relay-only" id="public-box" hidden>
+  <h2>Public swarms: join one with <code>sapo-engine run --join LINK</code> (ask the operator for the link)</h2>
+  <table id="public">
+    <thead><tr><th>swarm</th><th>about</th><th>tasks</th><th>suggested models</th><th>peers online</th>
+    <th>groups / min</th></tr></thead>
     <tbody></tbody>
   </table>
 </section>

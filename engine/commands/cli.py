@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="TOML settings file; flags override it")
     run.add_argument("--quiet", action="store_true", help="no progress lines on the terminal")
     run.add_argument("--control", choices=["stdin"], help="read commands (pause, resume, stop, set_threads) as JSON lines")
+    run.add_argument("--join", metavar="LINK", help="join a swarm by its invite link (sapo-swarm://join?... or its https "
+                                                    "form): relay, swarm, token, certificate, manifest digest; "
+                                                    "flags given as well win")
     add_setting_flags(run)  # one flag per NodeConfig field, generated
 
     models = sub.add_parser("models", help="list the model catalog, what fits this machine, and the recommendation")

@@ -17,6 +17,7 @@ from engine.models.prepare import prepare_model
 from engine.paths import prepare_data_dir
 from engine.sharing.keyfile import load_or_create
 from wire import events as ev
+from wire.invite import InviteError, parse_invite
 from wire.identity import display_name
 
 
@@ -45,7 +46,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     if args.rounds < 0:
         raise SapoError(f"--rounds must be >= 0, got {args.rounds}")
     file_values = load_toml(args.config) if args.config else {}
-    cfg = build_config(file_values, flag_settings(args))
+    cfg = build_config(file_values, {**invite_settings(getattr(args, "join", None)), **flag_settings(args)})
     data_dir = prepare_data_dir(args.data_dir)
     loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
     node_id = loaded.identity.node_id
@@ -115,6 +116,22 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     finally:
         node.close()
     return 0
+
+
+def invite_settings(link: str | None) -> dict[str, Any]:
+    """The settings an invite link (wire/invite.py) carries; a one-line SapoError for a bad link."""
+    if not link:
+        return {}
+    try:
+        invite = parse_invite(link)
+    except InviteError as exc:
+        raise SapoError(f"invite link: {exc}") from None
+    values: dict[str, Any] = {"relay": ",".join(invite.relays), "swarm": invite.swarm, "offline": False}
+    for name, value in (("token", invite.token), ("relay_ca_sha256", invite.ca_sha256),
+                        ("manifest_digest", invite.manifest_digest)):
+        if value is not None:
+            values[name] = value
+    return values
 
 
 def _refine_estimate(threads: int, model: Any, cfg: Any, metrics: dict[str, Any]) -> None:
