@@ -76,7 +76,7 @@ class Raw:
         return info.value.rcvd.code
 
     async def hello(self, public_key: bytes, swarm: str = "s") -> dict[str, Any]:
-        return await self.send({"type": "hello", "v": 2, "swarm": swarm, "public_key": b64(public_key),
+        return await self.send({"type": "hello", "v": 3, "swarm": swarm, "public_key": b64(public_key),
                                 "model": "evil", "client_version": "evil/1"})
 
     async def join(self, me: Identity, swarm: str = "s") -> None:
@@ -84,11 +84,11 @@ class Raw:
         challenge = await self.hello(me.public_key, swarm)
         assert challenge["type"] == "challenge", challenge
         nonce = base64.b64decode(challenge["nonce"])
-        welcome = await self.send({"type": "auth", "v": 2, "signature": b64(p.sign_challenge(me, swarm, nonce))})
+        welcome = await self.send({"type": "auth", "v": 3, "signature": b64(p.sign_challenge(me, swarm, nonce))})
         assert welcome["type"] == "welcome" and welcome["node_id"] == me.node_id, welcome
 
     async def publish(self, groups: list[dict[str, Any]], signatures: list[bytes]) -> dict[str, Any]:
-        return await self.send({"type": "publish", "v": 2, "groups": groups, "signatures": [b64(s) for s in signatures]})
+        return await self.send({"type": "publish", "v": 3, "groups": groups, "signatures": [b64(s) for s in signatures]})
 
 
 def run(scenario: Any, limit: float = 30, **config: Any) -> None:
@@ -133,19 +133,19 @@ def test_impostor_without_the_key_is_refused_and_the_real_node_stays(tmp_path: P
             evil = await Raw.open(url)
             challenge = await evil.hello(victim_key)
             assert challenge["type"] == "challenge", why
-            reply = await evil.send({"type": "auth", "v": 2,
+            reply = await evil.send({"type": "auth", "v": 3,
                                      "signature": b64(forge(base64.b64decode(challenge["nonce"])))})
             assert (reply["type"], reply["code"]) == ("error", "unauthorized"), why
             assert await evil.closed_with() == 1008, why
         # Old-style claims of an id are not even valid frames now.
         evil = await Raw.open(url)
-        reply = await evil.send({"type": "hello", "v": 2, "swarm": "s", "node_id": real.node_id, "name": "admin",
+        reply = await evil.send({"type": "hello", "v": 3, "swarm": "s", "node_id": real.node_id, "name": "admin",
                                  "model": "m", "client_version": "1"})
         assert (reply["type"], reply["code"]) == ("error", "invalid")
         # A hello with the victim's key and no auth at all: refused, never admitted.
         evil = await Raw.open(url)
         assert (await evil.hello(victim_key))["type"] == "challenge"
-        reply = await evil.send({"type": "stats", "v": 2})
+        reply = await evil.send({"type": "stats", "v": 3})
         assert (reply["type"], reply["code"]) == ("error", "unexpected")
         # The real node was never kicked off, and nothing was said in its name.
         after = await real.request(p.StatsRequest(), T)
@@ -288,7 +288,7 @@ def test_forged_reports_earn_nothing(tmp_path: Path) -> None:
         await evil.join(evil_key)
 
         async def report(round_: int, trained: list[str], signature: bytes) -> dict[str, Any]:
-            return await evil.send({"type": "report", "v": 2, "round": round_, "trained": trained,
+            return await evil.send({"type": "report", "v": 3, "round": round_, "trained": trained,
                                     "signature": b64(signature)})
 
         # Not signed by the session's key: refused outright.
@@ -299,7 +299,7 @@ def test_forged_reports_earn_nothing(tmp_path: Path) -> None:
         reply = await report(1, digests, p.sign_report(evil_key, "s", 1, digests))
         assert (reply["type"], reply["accepted"]) == ("ack", 0)
         # Sent one group, claims all three, twice: one credit.
-        sampled = await evil.send({"type": "sample", "v": 2, "n": 1})
+        sampled = await evil.send({"type": "sample", "v": 3, "n": 1})
         assert len(sampled["groups"]) == 1
         for round_ in (2, 3):
             reply = await report(round_, digests, p.sign_report(evil_key, "s", round_, digests))
@@ -322,7 +322,7 @@ def test_an_old_client_is_told_which_version_to_use(tmp_path: Path) -> None:
         reply = await old.send({"type": "hello", "v": 1, "swarm": "s", "node_id": "ab" * 16, "name": "old-node",
                                 "model": "m", "client_version": "sapo-engine/0.1"})
         assert (reply["type"], reply["code"]) == ("error", "version")
-        assert "use version 2" in reply["reason"]
+        assert f"use version {p.PROTOCOL_VERSION}" in reply["reason"]
         assert await old.closed_with() == 1002
         assert relay.peer_count == 0
 

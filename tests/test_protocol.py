@@ -82,7 +82,7 @@ def _hello(**over: object) -> str:
 def _publish_with(**over: object) -> str:
     g = msgspec.to_builtins(group())
     g.update(over)
-    return json.dumps({"type": "publish", "v": 2, "groups": [g], "signatures": [B64SIG]})
+    return json.dumps({"type": "publish", "v": 3, "groups": [g], "signatures": [B64SIG]})
 
 
 B64SIG = msgspec.to_builtins(SIG)
@@ -97,12 +97,12 @@ V1_HELLO = json.dumps({"type": "hello", "v": 1, "swarm": "s", "node_id": "a" * 3
         ("not json", p.Code.MALFORMED),
         (b"\xff\xfe", p.Code.MALFORMED),
         ("[1, 2]", p.Code.INVALID),
-        ('{"type": "nope", "v": 2}', p.Code.INVALID),
-        ('{"v": 2}', p.Code.INVALID),
+        ('{"type": "nope", "v": 3}', p.Code.INVALID),
+        ('{"v": 3}', p.Code.INVALID),
         (V1_HELLO, p.Code.VERSION),  # an old client: told which version to use
         (_hello(v=1), p.Code.VERSION),
         (_hello(v="2"), p.Code.INVALID),
-        ('{"type": "future_thing", "v": 3}', p.Code.VERSION),
+        ('{"type": "future_thing", "v": 4}', p.Code.VERSION),
         (_hello(public_key="A" * 43), p.Code.INVALID),  # not base64 of 32 bytes
         (_hello(public_key=msgspec.to_builtins(bytes(33))), p.Code.INVALID),
         (_hello(public_key="!" * 44), p.Code.INVALID),
@@ -111,22 +111,22 @@ V1_HELLO = json.dumps({"type": "hello", "v": 1, "swarm": "s", "node_id": "a" * 3
         (_hello(swarm="has space"), p.Code.INVALID),
         (_hello(extra=1), p.Code.INVALID),
         (_hello(model="lone").replace("lone", "\\ud800"), p.Code.MALFORMED),
-        ('{"type": "auth", "v": 2, "signature": "' + msgspec.to_builtins(bytes(63)) + '"}', p.Code.INVALID),
-        ('{"type": "publish", "v": 2, "groups": [' + json.dumps(msgspec.to_builtins(group())) + '], "signatures": []}',
+        ('{"type": "auth", "v": 3, "signature": "' + msgspec.to_builtins(bytes(63)) + '"}', p.Code.INVALID),
+        ('{"type": "publish", "v": 3, "groups": [' + json.dumps(msgspec.to_builtins(group())) + '], "signatures": []}',
          p.Code.INVALID),
-        ('{"type": "report", "v": 2, "round": 1, "trained": ["zz"], "signature": "' + B64SIG + '"}', p.Code.INVALID),
-        ('{"type": "report", "v": 2, "round": 1, "trained": []}', p.Code.INVALID),
+        ('{"type": "report", "v": 3, "round": 1, "trained": ["zz"], "signature": "' + B64SIG + '"}', p.Code.INVALID),
+        ('{"type": "report", "v": 3, "round": 1, "trained": []}', p.Code.INVALID),
         (_publish_with(rewards=[1.0]), p.Code.INVALID),
         (_publish_with(rewards=[1.0, 11.0]), p.Code.INVALID),
         (_publish_with(completions=["x"]), p.Code.INVALID),
         (_publish_with(completions=["x"] * 65, rewards=[0.0] * 65), p.Code.INVALID),
         (_publish_with().replace("1.0", "1e999"), p.Code.INVALID),
         (_publish_with().replace("1.0", "NaN"), p.Code.MALFORMED),
-        ('{"type": "publish", "v": 2, "groups": [], "signatures": []}', p.Code.INVALID),
-        ('{"type": "sample", "v": 2, "n": 0}', p.Code.INVALID),
-        ('{"type": "sample", "v": 2, "n": 100000000000000000000000000}', p.Code.INVALID),
-        ('{"type": "sample", "v": 2, "n": 1, "max_age_s": -1}', p.Code.INVALID),
-        ('{"type": "report", "v": 2, "round": -1, "trained": [], "signature": "' + B64SIG + '"}', p.Code.INVALID),
+        ('{"type": "publish", "v": 3, "groups": [], "signatures": []}', p.Code.INVALID),
+        ('{"type": "sample", "v": 3, "n": 0}', p.Code.INVALID),
+        ('{"type": "sample", "v": 3, "n": 100000000000000000000000000}', p.Code.INVALID),
+        ('{"type": "sample", "v": 3, "n": 1, "max_age_s": -1}', p.Code.INVALID),
+        ('{"type": "report", "v": 3, "round": -1, "trained": [], "signature": "' + B64SIG + '"}', p.Code.INVALID),
         ('{"x": ' + "[" * 100_000, p.Code.MALFORMED),
         ("[" * 100_000, p.Code.INVALID),
         ('"' + "x" * (p.MAX_FRAME_BYTES + 1) + '"', p.Code.TOO_BIG),

@@ -200,7 +200,7 @@ def test_bad_frames_get_errors_and_spare_other_connections(tmp_path: Path) -> No
             cases: list[tuple[str | bytes, str]] = [
                 ("{nope", p.Code.MALFORMED),
                 (b"\x00\x01binary", p.Code.MALFORMED),
-                ('{"type": "sample", "v": 2, "n": "four"}', p.Code.INVALID),
+                ('{"type": "sample", "v": 3, "n": "four"}', p.Code.INVALID),
                 ('{"type": "sample", "v": 9, "n": 1}', p.Code.VERSION),
                 ('{"type": "sample", "v": 1, "n": 1}', p.Code.VERSION),
                 (p.encode(p.Ack(accepted=1)), p.Code.UNEXPECTED),

@@ -123,11 +123,11 @@ CATEGORIES: dict[str, Callable[[random.Random, list[dict[str, Any]]], Frame]] = 
     "garbage_binary": lambda rng, _: (rng.randbytes(rng.randrange(1, 2048)), False),
     "binary_json": lambda rng, v: (_dumps(rng.choice(v)).encode(), False),
     "garbage_text": lambda rng, _: (_rand_text(rng, rng.randrange(0, 400)), True),
-    "invalid_utf8": lambda rng, _: (b'{"type":"stats","v":2,"x":"\xff\xfe\xc0"}', True),
+    "invalid_utf8": lambda rng, _: (b'{"type":"stats","v":3,"x":"\xff\xfe\xc0"}', True),
     "random_json": lambda rng, _: (_dumps(_rand_json(rng)), True),
     "mutated_message": lambda rng, v: (_dumps(_mutate(rng.choice(v), rng)), True),
     "deep_nesting": lambda rng, _: (
-        rng.choice(["[", '{"a":', '{"type":"stats","v":2,"x":[']) * rng.randrange(1000, 200_000),
+        rng.choice(["[", '{"a":', '{"type":"stats","v":3,"x":[']) * rng.randrange(1000, 200_000),
         True,
     ),
     "huge_numbers": lambda rng, v: (
@@ -167,7 +167,7 @@ CATEGORIES: dict[str, Callable[[random.Random, list[dict[str, Any]]], Frame]] = 
     "duplicate_keys": lambda rng, v: (_dumps(rng.choice(v))[:-1] + ', "type": "hello"}', True),
     "second_hello": lambda rng, v: (_dumps(v[0]), True),
     "empty": lambda rng, _: ("" if rng.random() < 0.5 else b"", rng.random() < 0.5),
-    "oversize": lambda rng, _: ('{"type":"stats","v":2,"pad":"' + "x" * (p.MAX_FRAME_BYTES + 10) + '"}', True),
+    "oversize": lambda rng, _: ('{"type":"stats","v":3,"pad":"' + "x" * (p.MAX_FRAME_BYTES + 10) + '"}', True),
 }
 # Oversized frames cost a megabyte each; send fewer of them.
 WEIGHTS = {name: (1 if name == "oversize" else 20) for name in CATEGORIES}
