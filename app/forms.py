@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, 
 from app import palette
 from app.settings import POWER_WORDS, RELAY_PLACEHOLDER, AppSettings, preset_threads
 from wire.addresses import relay_urls_problem
+from wire.invite import InviteError, parse_invite
 from wire.protocol import swarm_name_problem
 
 SWARM_CHOICES = (
@@ -51,6 +52,14 @@ class SwarmForm(QWidget):
             layout.addWidget(hint)
         box = QGroupBox("Swarm details")
         form = QFormLayout(box)
+        # One pasted invite link (wire/invite.py) fills everything below, and pins the relay's certificate and
+        # the swarm's manifest digest where the link carries them.
+        self.invite = QLineEdit()
+        self.invite.setPlaceholderText("sapo-swarm://join?... or https://.../join#... (from the swarm's operator)")
+        self.invite.setAccessibleName("invite link")
+        self.invite.setClearButtonEnabled(True)
+        self.pins: dict[str, str] = {}  # relay_ca_sha256, manifest_digest from the link
+        form.addRow("Invite link:", self.invite)
         self.relay = QLineEdit()
         self.relay.setPlaceholderText(RELAY_PLACEHOLDER)
         self.relay.setAccessibleName("relay address")
@@ -76,6 +85,7 @@ class SwarmForm(QWidget):
         self.form = form
         for w in (self.relay, self.swarm, self.token):
             w.textChanged.connect(self._update)
+        self.invite.textChanged.connect(self._take_invite)
         self.group.buttonToggled.connect(lambda *_: self._update())
         self.buttons["offline"].setChecked(True)
         one_tab_stop(self.group)
@@ -93,7 +103,36 @@ class SwarmForm(QWidget):
         self.problem.setText(self.problem_text() or "")
         self.changed.emit()
 
+    def _take_invite(self, text: str) -> None:
+        """A good link fills the form (public or private by its token); a bad one is the form's problem line."""
+        self.pins = {}
+        if text.strip():
+            try:
+                invite = parse_invite(text)
+            except InviteError:
+                self._update()
+                return
+            self.buttons["private" if invite.token else "public"].setChecked(True)
+            self.relay.setText(",".join(invite.relays))
+            self.swarm.setText(invite.swarm)
+            self.token.setText(invite.token or "")
+            self.pins = {k: v for k, v in (("relay_ca_sha256", invite.ca_sha256),
+                                           ("manifest_digest", invite.manifest_digest)) if v}
+        self._update()
+
+    def invite_problem(self) -> str | None:
+        text = self.invite.text().strip()
+        if not text:
+            return None
+        try:
+            parse_invite(text)
+        except InviteError as exc:
+            return f"invite link: {exc}"
+        return None
+
     def problem_text(self) -> str | None:
+        if (problem := self.invite_problem()) is not None:
+            return problem
         kind = self.kind
         if kind in ("public", "private"):
             if not self.relay.text().strip():
@@ -112,6 +151,7 @@ class SwarmForm(QWidget):
         self.relay.setText(s.node.get("relay") or "") if s.swarm_kind != "local" else None
         self.swarm.setText(s.node.get("swarm", "public"))
         self.token.setText(s.node.get("token") or "")
+        self.pins = {k: s.node[k] for k in ("relay_ca_sha256", "manifest_digest") if s.node.get(k)}
         self.port.setValue(s.local_relay_port)
         self._update()
 
@@ -119,7 +159,7 @@ class SwarmForm(QWidget):
         kind = self.kind
         s.swarm_kind = kind  # type: ignore[assignment]
         s.local_relay_port = self.port.value()
-        for key in ("relay", "swarm", "token", "offline"):
+        for key in ("relay", "swarm", "token", "offline", "relay_ca_sha256", "manifest_digest"):
             s.node.pop(key, None)
         if kind == "offline":
             s.node["offline"] = True
@@ -128,6 +168,8 @@ class SwarmForm(QWidget):
         s.node["relay"] = f"ws://127.0.0.1:{self.port.value()}" if kind == "local" else self.relay.text().strip()
         if kind == "private":
             s.node["token"] = self.token.text()
+        if kind in ("public", "private"):
+            s.node.update(self.pins)
 
 
 class PowerForm(QWidget):

@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screenshot", type=Path, metavar="OUT.png", help="with --replay: save the window as a PNG and exit")
     p.add_argument("--size", default="1200x860", help="window size for --screenshot, WIDTHxHEIGHT (default %(default)s)")
     p.add_argument("--setup", action="store_true", help="run the setup wizard again")
+    p.add_argument("link", nargs="?", metavar="LINK",
+                   help="an invite link (sapo-swarm://join?...): the wizard opens at its swarm step with it "
+                        "(what clicking an invite does, through the desktop file's x-scheme-handler)")
     p.add_argument("--verbose", action="store_true", help="details of the app's own workings on stderr")
     return p
 
@@ -87,10 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     cores = store.physical_cores()
-    if args.setup or not settings.setup_done:
+    if args.setup or args.link or not settings.setup_done:
         from app.wizard import SetupWizard
 
-        wizard = SetupWizard(settings, cores)
+        wizard = SetupWizard(settings, cores, invite=args.link)
         if not wizard.exec():
             return 0
         settings = wizard.result_settings()

@@ -315,7 +315,7 @@ class PowerPage(QWizardPage):
 
 class SetupWizard(QWizard):
     def __init__(self, settings: AppSettings, cores: int = 1, measure: bool = True,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, invite: str | None = None) -> None:
         super().__init__(parent)
         self.settings = copy.deepcopy(settings)
         self.cores = cores
@@ -335,6 +335,10 @@ class SetupWizard(QWizard):
             self.addPage(page)
         self.swarm_page.form.load(self.settings)
         self.power_page.form.load(self.settings)
+        if invite:  # `sapo LINK` (a clicked sapo-swarm:// link): the link in the paste box, and once set up,
+            self.swarm_page.form.invite.setText(invite)  # open at the join step
+            if settings.setup_done:
+                self.setStartId(self.pageIds()[3])
         self.query = ModelsQuery(self)
         self.query.done.connect(self._on_report)
         self.query.failed.connect(self._on_failed)

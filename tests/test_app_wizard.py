@@ -153,3 +153,47 @@ def test_join_a_swarm_assumes_no_relay_and_waits_for_a_valid_address(qtbot):
     assert not page.isComplete() and "ws://host:port" in form.problem.text()  # wire/addresses.py's rule
     form.relay.setText("wss://relay.example.org")
     assert page.isComplete() and form.problem.text() == ""
+
+
+def test_a_pasted_invite_link_fills_the_join_page_and_pins_its_digests(qtbot):
+    from app.wizard import SwarmPage
+    from wire.invite import Invite, format_invite, format_invite_https
+
+    page = SwarmPage()
+    qtbot.addWidget(page)
+    form = page.form
+    invite = Invite(relays=["wss://a.example:8765", "wss://b.example:8765"], swarm="lab", token="s3cret",
+                    ca_sha256="c" * 64, manifest_digest="d" * 64)
+    form.invite.setText(format_invite_https(invite))  # the https form a status page shows works the same
+    assert form.kind == "private" and form.relay.text() == "wss://a.example:8765,wss://b.example:8765"
+    assert form.swarm.text() == "lab" and form.token.text() == "s3cret" and page.isComplete()
+    s = AppSettings()
+    form.store(s)
+    assert s.swarm_kind == "private" and s.node["token"] == "s3cret"
+    assert s.node["relay_ca_sha256"] == "c" * 64 and s.node["manifest_digest"] == "d" * 64
+    link = format_invite(invite)
+    form.invite.setText(link[:-3])  # cut short in the copy
+    assert not page.isComplete() and form.problem.text().startswith("invite link: ")
+    assert "check" in form.problem.text()
+    form.invite.setText(link.replace("swarm=lab", "swarm=lap"))  # edited
+    assert not page.isComplete() and "altered" in form.problem.text()
+    form.invite.setText("")
+    assert page.isComplete()  # the fields it filled stay, and are valid on their own
+
+
+def test_the_app_opens_at_the_join_step_with_a_link_argument(qtbot, dirs):
+    from app.main import build_parser
+    from app.wizard import SetupWizard
+    from wire.invite import Invite, format_invite
+
+    link = format_invite(Invite(relays=["ws://127.0.0.1:8765"], swarm="sums", manifest_digest="e" * 64))
+    assert build_parser().parse_args([link]).link == link  # what the desktop file's `sapo %u` passes
+    wizard = SetupWizard(AppSettings(setup_done=True), 2, measure=False, invite=link)
+    qtbot.addWidget(wizard)
+    assert wizard.startId() == wizard.pageIds()[3] and wizard.page(wizard.startId()) is wizard.swarm_page
+    form = wizard.swarm_page.form
+    assert form.invite.text() == link and form.kind == "public" and form.swarm.text() == "sums"
+    settings = wizard.result_settings()
+    assert settings.node["relay"] == "ws://127.0.0.1:8765" and settings.node["manifest_digest"] == "e" * 64
+    store.save(settings)  # the engine's node.toml takes the pinned digest: a setting it knows
+    assert store.load().node["manifest_digest"] == "e" * 64

@@ -135,6 +135,9 @@ def test_desktop_entry_names_the_app_id_and_a_command():
     assert desktop["Name"] == app["formal_name"]
     assert desktop["Icon"] == files[0].stem
     assert desktop["Exec"].split()[0] == "sapo"
+    # Invite links open the app (at the wizard's swarm step): the scheme is registered, the link passed as %u.
+    assert desktop["Exec"].split()[1:] == ["%u"]
+    assert "x-scheme-handler/sapo-swarm" in desktop["MimeType"].split(";")
 
 
 def test_a_changelog_exists_for_the_linux_package():

@@ -1,0 +1,72 @@
+"""Two real engines (bundled SmolLM2-135M) join one swarm by its invite link, follow the relay's manifest, and
+train on each other's groups with no foreign_task refusals, though each draws at its own value of a setting range."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from wire.invite import parse_invite
+
+from relay_process import RelayProcess
+
+SWARMS = """
+[swarms.sums]
+description = "One- and two-digit sums"
+completions = 4
+max_tokens = 24
+format_bonus = 0.1
+models = ["smollm2-135m"]
+
+[swarms.sums.tasks.basic_arithmetic]
+config = { min_terms = 2, max_terms = 2, min_digits = 1, operators = ["+", "-", "*"], allow_parentheses = false, allow_negation = false }
+ranges = { max_digits = [1, 2] }
+"""
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def test_two_nodes_join_by_invite_follow_the_manifest_and_share(tmp_path, model_cache):
+    swarms = tmp_path / "swarms.toml"
+    swarms.write_text(SWARMS)
+    relay = RelayProcess(tmp_path / "relay", "--swarms", str(swarms)).start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "relay", "invite", "sums", "--swarms", str(swarms),
+                              "--url", relay.url], capture_output=True, text=True, check=True, timeout=60)
+        link = out.stdout.splitlines()[0]
+        invite = parse_invite(link)
+        assert invite.relays == [relay.url] and invite.swarm == "sums" and invite.manifest_digest
+        (tmp_path / "b.toml").write_text("[task_config.basic_arithmetic]\nmax_digits = 2\n")  # its own value
+        procs = {}
+        for name, extra in (("a", []), ("b", ["--config", str(tmp_path / "b.toml")])):
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "engine", "run", "--join", link, "--model", "smollm2-135m", "--local", "2",
+                 "--external", "2", "--rounds", "3", "--eval-every", "0", "--threads", "1", "--quiet",
+                 "--data-dir", str(tmp_path / name), "--events", str(tmp_path / f"{name}.jsonl"), *extra],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "SAPO_CACHE_DIR": str(model_cache)})
+        for proc in procs.values():
+            _, err = proc.communicate(timeout=1200)
+            assert proc.returncode == 0, err.decode()[-2000:]
+    finally:
+        for proc in locals().get("procs", {}).values():
+            if proc.poll() is None:
+                proc.kill()
+        relay.stop()
+    for name, digits in (("a", 1), ("b", 2)):
+        events = _events(tmp_path / f"{name}.jsonl")
+        (adopted,) = [e for e in events if e["type"] == "manifest"]
+        assert adopted["state"] == "adopted" and adopted["digest"] == invite.manifest_digest
+        assert adopted["mix"] == ["basic_arithmetic max_digits 1..2"]
+        settings = next(e for e in events if e["type"] == "start")["settings"]
+        assert settings["completions"] == 4 and settings["max_tokens"] == 24 and settings["format_bonus"] == 0.1
+        assert settings["task_config"]["basic_arithmetic"]["max_digits"] == digits  # its own value in the range
+        rounds = [e for e in events if e["type"] == "round"]
+        assert [e["round"] for e in rounds] == [1, 2, 3] and all(e["relay_connected"] for e in rounds)
+        assert sum(e["external_groups"] for e in rounds) > 0, f"{name} never trained on a peer's group"
+        assert all("foreign_task" not in e["rejected_reasons"] for e in rounds), [e["rejected_reasons"] for e in rounds]
+        assert all(e["rejected_groups"] == 0 for e in rounds)
