@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from wire.invite import parse_invite
 
 from relay_process import RelayProcess
+
+pytestmark = pytest.mark.slow
 
 SWARMS = """
 [swarms.sums]
