@@ -102,7 +102,11 @@ class SimNode:
             return reply
         return await self.request(p.Auth(signature=p.sign_challenge(self.identity, self.swarm, reply.nonce)), timeout)
 
-    def publish_message(self, *groups: p.Group) -> p.Publish:
+    def publish_message(self, *groups: p.Group, as_author: bool = True) -> p.Publish:
+        """Groups signed by this node, their questions moved into its own stream first (``as_author``:
+        the relay pools only an author's own questions, wire.authorship)."""
+        if as_author:
+            groups = tuple(p.with_author(g, self.node_id) for g in groups)
         return p.Publish(groups=list(groups), signatures=[p.sign_group(self.identity, self.swarm, g) for g in groups])
 
     def report_message(self, round_: int, *groups: p.Group) -> p.Report:
