@@ -254,7 +254,7 @@ class SwarmClient:
             return "not_author"
         author = self._trained.get(group_digest(shared.group))
         if author is not None:
-            return "replay" if author == shared.node_id else "copy"
+            return "copy" if author not in ("", shared.node_id) else "replay"
         return None
 
     def remember(self, digest: str, author: str) -> None:
