@@ -71,7 +71,8 @@ def reseeded(g: dict, me: Identity) -> dict:
         if q.answer == g["answer"] and q.question != g["question"]:
             spec = msgspec.to_builtins(q.spec)
             assert spec["seed"] == stream_seed(me.node_id, 0, "main", q.spec.dataset, q.spec.config)
-            return {**g, "spec": spec, "question": q.question, "completions": [c.upper() for c in g["completions"]]}
+            return {**g, "spec": spec, "question": q.question, "origin": {"seed": 0, "lane": "main"},
+                    "completions": [c.upper() for c in g["completions"]]}
     raise AssertionError(f"no question with answer {g['answer']!r} in 3000 draws")
 
 
