@@ -11,7 +11,8 @@ Fair to authors, so one flooding node cannot crowd out the others:
 - when a swarm is full, the largest author loses its oldest group;
 - a sample picks an author uniformly, then one of its groups, so an author supplies about
   1/authors of what others train on however much it publishes;
-- the same content (question + completions, ``Group`` digest) is pooled once, whoever sends it;
+- the same content (``group_digest``: answer and completions, spacing, case and order made alike) is pooled
+  once, whoever sends it;
 - "adopted" is credited only when a receiver reports it trained a group that was sent to it,
   once per (receiver, group) (``adopt``).
 

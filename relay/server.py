@@ -8,7 +8,8 @@ frame, and nothing a peer sends can stop another peer's handler. Plain HTTP
 A node is admitted only after it signs a fresh challenge with the key its id is derived
 from, so nobody can connect (or knock a node off) as someone else. Every published group
 must carry its author's signature, checked here before it is pooled (and again by every
-receiver); "adopted" is counted only from a receiver's signed report of what it trained.
+receiver), and a question of its author's own stream (``not_author`` otherwise: a copy, wire.authorship);
+"adopted" is counted only from a receiver's signed report of what it trained.
 
 The pool and stats live in a ``relay.backend.Backend``: in this process (the default) or in Redis,
 shared by several replicas (``RelayConfig.redis_url``). When Redis cannot be reached, requests are
@@ -564,6 +565,8 @@ class Relay:
             return "zero_advantage"
         if not await self.backend.take_publish_token(s.swarm, s.node_id, now):
             return "rate_limited"
+        if not p.authored_by(group, s.node_id):  # a question of another node's stream: a copy (wire.authorship)
+            return "not_author"
         if not p.group_signature_ok(s.public_key, signature, s.swarm, group):
             return "bad_signature"
         shared = p.SharedGroup(group=group, node_id=s.node_id, public_key=s.public_key, signature=signature,

@@ -35,7 +35,7 @@ LIMITS = p.Limits(p.MAX_FRAME_BYTES, 32, 64, 32, 64, 16_384, 16_384, 600, 500, 3
 
 
 def honest_group(index: int) -> p.Group:
-    (q,) = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), f"framed{index}", 0, []).draw(1)
+    q = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), FRAMED.node_id, 0, []).draw(index + 1)[index]
     return p.Group(spec=q.spec, question=q.question, answer=q.answer,
                    completions=[f"<answer>{q.answer}</answer>", "<answer>-999</answer>"], rewards=[1.0, 0.0],
                    model="smollm2-135m", round=1)

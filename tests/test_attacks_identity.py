@@ -175,12 +175,12 @@ def test_hello_and_auth_must_come_in_time(tmp_path: Path) -> None:
 def test_forged_group_signatures_are_refused_by_the_relay(tmp_path: Path) -> None:
     async def scenario(relay: Relay, url: str) -> None:
         honest, receiver = await joined(url), await joined(url)
-        genuine = synthetic_group(RNG, completions=2, chars=30)
+        genuine = synthetic_group(RNG, completions=2, chars=30, author=honest.node_id)
         assert (await honest.request(honest.publish_message(genuine), T)).accepted == 1  # type: ignore[union-attr]
         evil_key = Identity.generate()
         evil = await Raw.open(url)
         await evil.join(evil_key)
-        mine = synthetic_group(RNG, completions=2, chars=30)
+        mine = synthetic_group(RNG, completions=2, chars=30, author=evil_key.node_id)
         altered = msgspec.structs.replace(genuine, completions=["the answer is 7", genuine.completions[1]])
         forged = [
             (mine, RNG.randbytes(64)),  # garbage
@@ -191,11 +191,13 @@ def test_forged_group_signatures_are_refused_by_the_relay(tmp_path: Path) -> Non
         ]
         ack = await evil.publish([wire_group(g) for g, _ in forged], [s for _, s in forged])
         assert ack["type"] == "ack" and ack["accepted"] == 0
-        assert [r["reason"] for r in ack["rejected"]] == ["bad_signature"] * 5
+        # The honest node's question is not of the session's stream: refused before any signature work.
+        assert [r["reason"] for r in ack["rejected"]] == ["bad_signature", "bad_signature", "not_author",
+                                                          "not_author", "bad_signature"]
         got = await receiver.request(p.Sample(n=10), T)
         assert isinstance(got, p.Groups)
         assert [(s.node_id, s.group) for s in got.groups] == [(honest.node_id, genuine)]
-        assert relay.metrics.rejections.labels("bad_signature")._value.get() == 5
+        assert relay.metrics.rejections.labels("bad_signature")._value.get() == 3
 
     run(scenario, data_dir=tmp_path)
 
@@ -203,9 +205,9 @@ def test_forged_group_signatures_are_refused_by_the_relay(tmp_path: Path) -> Non
 def test_a_sender_of_many_forged_groups_is_closed(tmp_path: Path) -> None:
     async def scenario(relay: Relay, url: str) -> None:
         bystander = await joined(url)
-        evil = await Raw.open(url)
-        await evil.join(Identity.generate())
-        group = wire_group(synthetic_group(RNG, completions=2, chars=10))
+        evil, evil_key = await Raw.open(url), Identity.generate()
+        await evil.join(evil_key)
+        group = wire_group(synthetic_group(RNG, completions=2, chars=10, author=evil_key.node_id))
         replies = []
         with pytest.raises(ConnectionClosed) as info:
             for _ in range(10):
@@ -232,7 +234,7 @@ def test_a_flooding_author_is_rate_limited_and_sampled_in_proportion(tmp_path: P
         await evil.join(flooder)
         accepted, reasons = 0, Counter[str]()
         for _ in range(10):  # 320 groups in a few milliseconds
-            groups = [synthetic_group(RNG, completions=2, chars=20) for _ in range(32)]
+            groups = [synthetic_group(RNG, completions=2, chars=20, author=flooder.node_id) for _ in range(32)]
             ack = await evil.publish([wire_group(g) for g in groups], [p.sign_group(flooder, "s", g) for g in groups])
             accepted += ack["accepted"]
             reasons.update(r["reason"] for r in ack["rejected"])
@@ -264,7 +266,7 @@ def test_a_flood_over_the_author_quota_evicts_only_its_own_groups(tmp_path: Path
         evil = await Raw.open(url)
         await evil.join(flooder)
         for _ in range(4):
-            groups = [synthetic_group(RNG, completions=2, chars=20) for _ in range(32)]
+            groups = [synthetic_group(RNG, completions=2, chars=20, author=flooder.node_id) for _ in range(32)]
             await evil.publish([wire_group(g) for g in groups], [p.sign_group(flooder, "s", g) for g in groups])
         assert await pool_size(relay, flooder.node_id) == 20  # its quota; its oldest went first
         assert await pool_size(relay, honest.node_id) == 5  # untouched, though the swarm is "full"

@@ -2,8 +2,8 @@
 
 The peer publishes, for every dataset whose reasoning-gym scorer uses ``eval`` or sympy's
 ``parse_expr``, a real question with a right answer, an answer that writes a marker file and
-``9**9**9**9``; a spec with a huge config; held-out questions; groups of very long and very
-many completions. The node must run nothing, stay alive, count every refusal by reason and
+``9**9**9**9``; a spec with a huge config; held-out questions (refused by the relay: not of the peer's
+own stream); groups of very long and very many completions. The node must run nothing, stay alive, count every refusal by reason and
 sender, train only within its own bounds, and keep every checkpoint.
 """
 
@@ -22,6 +22,7 @@ from websockets.sync.client import connect
 
 from engine.tasks.questions import QuestionStream, build_mix, heldout_set
 from wire import protocol as p
+from wire.authorship import stream_seed
 from wire.identity import Identity
 
 from relay_process import RelayProcess
@@ -81,6 +82,7 @@ def hostile_groups(marker: Path) -> dict[str, list[dict]]:
     q = drawn["binary_matrix"]
     huge = _group(q, [f"<answer>{q.answer}</answer>", "<answer>0</answer>"], [1.0, 0.0])
     huge["spec"]["config"] = {"min_n": 10**6, "max_n": 10**6}
+    huge["spec"]["seed"] = stream_seed(EVIL.node_id, 0, "main", "binary_matrix", huge["spec"]["config"])  # its own
     out["huge_config"] = [huge]
     held = heldout_set(mix, 4)
     out["heldout"] = [_group(h, [f"<answer>{h.answer or 'x'}</answer>", "<answer>no</answer>"], [1.0, 0.0])
@@ -113,7 +115,12 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     ws = hostile_connect(relay.url, "hostile", EVIL)
     published = [g for kind in groups.values() for g in kind]
     ack = hostile_publish(ws, EVIL, "hostile", published)
-    assert ack["type"] == "ack" and ack["accepted"] == len(published), ack
+    # Held-out questions are not of the peer's own stream: the relay refuses them (wire.authorship); a peer's own
+    # question that happens to be held out is refused by the node (tests/test_verify.py).
+    held = [i for i, g in enumerate(published) if g in groups["heldout"]]
+    assert ack["type"] == "ack" and ack["accepted"] == len(published) - len(held), ack
+    assert [(r["index"], r["reason"]) for r in ack["rejected"]] == [(i, "not_author") for i in held]
+    published = [g for g in published if g not in groups["heldout"]]
 
     data = tmp_path / "victim"
     data.mkdir()
@@ -139,12 +146,12 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     # Every refusal is counted, by reason and by sender, and none is for a hang or a dead worker.
     # (question_mismatch: reasoning-gym's polynomial_multiplication words its questions by Python's string
     # hashing; nodes run with one hash seed (engine/tasks/hashseed.py), but this test's sender is the pytest process.)
-    assert set(reasons) <= {"foreign_task", "heldout", "reward_mismatch", "token_share", "question_mismatch",
+    assert set(reasons) <= {"foreign_task", "reward_mismatch", "token_share", "question_mismatch",
                             "sender_budget"}, reasons
     assert reasons.get("question_mismatch", 0) <= 1
     assert rounds[-1]["rejected_by_sender"].get(EVIL.node_id, 0) == sum(v for k, v in reasons.items() if k != "token_share")
     if seen == len(published) and not reasons.get("sender_budget"):  # (over its budget: refused before the sandbox)
-        assert reasons.get("foreign_task") == 1 and reasons.get("heldout") == len(groups["heldout"])
+        assert reasons.get("foreign_task") == 1
     # Nothing longer than max_tokens was trained, and never more than L completions of a group.
     for e in rounds:
         assert e["tokens_trained"] <= (LOCAL + EXTERNAL) * L * MAX_TOKENS

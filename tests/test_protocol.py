@@ -230,12 +230,30 @@ def test_shared_group_check_survives_the_wire() -> None:
     assert not p.shared_group_ok(forged, "s")
 
 
-def test_group_digest_is_content_only() -> None:
+def test_group_digest_is_what_a_group_teaches() -> None:
     a = group()
     assert p.group_digest(a) == p.group_digest(group(rewards=[0.0, 1.0], round=9, model="other"))
-    assert p.group_digest(a) != p.group_digest(group(question="1+2?"))
-    assert p.group_digest(a) != p.group_digest(group(completions=["2", "3 "]))
+    # Trivial changes are the same work: spacing, case, completion order, another question with the same answer.
+    assert p.group_digest(a) == p.group_digest(group(completions=[" 3\n", "2 "]))
+    assert p.group_digest(group(completions=["So  it is\tTWO", "x"])) == p.group_digest(
+        group(completions=["x", "so it is two"]))
+    assert p.group_digest(a) == p.group_digest(group(question="1+2?"))
+    # Other work is not: another answer, another completion; without an answer the question decides.
+    assert p.group_digest(a) != p.group_digest(group(answer="3"))
+    assert p.group_digest(a) != p.group_digest(group(completions=["2", "4"]))
+    assert p.group_digest(group(answer="")) != p.group_digest(group(answer="", question="1+2?"))
     assert re.fullmatch(r"[0-9a-f]{32}", p.group_digest(a))
+
+
+def test_a_group_is_authored_only_by_the_node_whose_stream_drew_it() -> None:
+    a, b = Identity.from_seed(b"a" * 32).node_id, Identity.from_seed(b"b" * 32).node_id
+    mine = p.with_author(group(), a)
+    assert p.authored_by(mine, a) and not p.authored_by(mine, b)
+    assert p.authored_by(p.with_author(mine, b), b)
+    # The origin names the stream: the user's seed and the lane; claiming another breaks the binding.
+    other = msgspec.structs.replace(group(), origin=p.Origin(seed=5, lane="extra"))
+    assert p.authored_by(p.with_author(other, a), a)
+    assert not p.authored_by(msgspec.structs.replace(p.with_author(other, a), origin=p.Origin(seed=5)), a)
 
 
 def test_group_has_spread() -> None:

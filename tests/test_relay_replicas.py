@@ -27,7 +27,7 @@ from engine.tasks.questions import QuestionStream, build_mix
 from tools.relay_loadgen import SimNode, http_get
 from wire import protocol as p
 from wire.identity import Identity
-from wire.protocol import Group, group_digest
+from wire.protocol import Group, Origin, group_digest
 
 from redis_server import RedisServer
 from relay_process import RelayProcess
@@ -39,8 +39,10 @@ SCALE = float(os.environ.get("SAPO_TEST_TIMEOUT_SCALE", "1"))
 def groups(node: str, n: int, start: int = 0) -> list[Group]:
     qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), node, start, []).draw(n)
     return [Group(spec=q.spec, question=q.question, answer=q.answer,
-                  completions=[f"<answer>{q.answer}</answer>", "<answer>-1</answer>"], rewards=[1.0, 0.0],
-                  model="m", round=1) for q in qs]
+                  # (the question in the working: two questions with one answer and the same completions are one
+                  # piece of work, wire.authorship)
+                  completions=[f"{q.question} <answer>{q.answer}</answer>", "<answer>-1</answer>"], rewards=[1.0, 0.0],
+                  model="m", round=1, origin=Origin(seed=start)) for q in qs]  # drawn with user seed `start`
 
 
 def client(url: str, me: Identity, log: list[str] | None = None) -> SwarmClient:

@@ -111,7 +111,7 @@ def test_publish_sample_round_trip_and_never_own(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with relay(tmp_path) as r:
             a, b = await joined(r), await joined(r)
-            sent = [g(), g()]
+            sent = [p.with_author(g(), a.node_id), p.with_author(g(), a.node_id)]
             assert (await publish(a, *sent)).accepted == 2
             got = await sample(b)
             assert sorted((s.group for s in got), key=lambda x: x.spec.index) == sorted(

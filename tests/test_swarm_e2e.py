@@ -87,8 +87,8 @@ def test_two_engines_train_on_each_others_groups(tmp_path, relay, model_cache):
     c.close()
 
 
-def _poisoned() -> list[Group]:
-    qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), "f" * 32, 0, []).draw(3)
+def _poisoned(author: str) -> list[Group]:
+    qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), author, 0, []).draw(3)  # its own questions
     honest = [Group(spec=q.spec, question=q.question, answer=q.answer,
                     completions=[f"<answer>{q.answer}</answer>", "<answer>-999</answer>"], rewards=[1.0, 0.0],
                     model="evil", round=1) for q in qs]
@@ -100,7 +100,7 @@ def _poisoned() -> list[Group]:
 
 def test_poisoned_groups_are_rejected_and_the_budget_is_filled_locally(tmp_path, relay, model_cache):
     evil = SwarmClient(relay.url, "e2e", Identity.generate(), "evil", None, on_status=lambda m: None)
-    ack = evil.publish(_poisoned())
+    ack = evil.publish(_poisoned(evil.node_id))
     assert ack is not None and ack.accepted == 3
     proc, path = start_engine(tmp_path, "victim", None, relay, model_cache, "--local", "1", "--external", "3",
                               "--rounds", "1")

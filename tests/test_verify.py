@@ -146,3 +146,21 @@ def test_each_sender_gets_a_bounded_share_of_the_sandbox_per_batch(make_verifier
     assert all(v.scores == [] for v in verdicts[1:5])  # never scored
     # honest groups fit the default budget many times over
     assert "sender_budget" not in [v.reason for v in make_verifier().check_many(groups, senders)]
+
+
+def test_a_held_out_answer_stated_in_the_working_is_refused(make_verifier):
+    """A peer's own question, with a held-out question and its answer slipped into a completion's working."""
+    mix = build_mix("easy", tasks=["basic_arithmetic"])
+    held = heldout_set(mix, 16)
+    verifier = make_verifier(heldout=held)
+    g = _genuine()
+    h = next(x for x in held if x.answer != g.answer)
+    expression = h.entry["metadata"]["expression"]
+    for slipped in (f"By the way, {h.question} {h.answer}.", f"Note: {expression} = {h.answer}",
+                    f"({expression.replace(' ', '')}={h.answer})"):
+        leaky = msgspec.structs.replace(g, completions=[slipped + g.completions[0], *g.completions[1:]])
+        assert verifier.check(leaky).reason == "heldout_leak", slipped
+    # The expression without its answer, or a number that only contains it, is no leak.
+    assert verifier.check(msgspec.structs.replace(g, completions=[f"Not {expression} = {h.answer}9. "
+                                                                   + g.completions[0], *g.completions[1:]])).ok
+    assert verifier.check(g).ok

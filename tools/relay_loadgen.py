@@ -48,13 +48,15 @@ CLIENT_VERSION = "sapo-loadgen/0.2"
 
 
 def synthetic_group(
-    rng: random.Random, *, dataset: str = "basic_arithmetic", completions: int = 4, chars: int = 500, round_: int = 0
+    rng: random.Random, *, dataset: str = "basic_arithmetic", completions: int = 4, chars: int = 500, round_: int = 0,
+    author: str | None = None,
 ) -> p.Group:
-    """A plausible group of the given size, with reward spread (so the relay keeps it)."""
+    """A plausible group of the given size, with reward spread (so the relay keeps it); with ``author``, its
+    question seed is in that node's stream (``p.with_author``: the relay pools only an author's own questions)."""
     words = ("so", "the", "answer", "is", "therefore", "we", "add", "carry", "check", "<answer>", "</answer>")
     texts = [" ".join(rng.choices(words, k=chars // 5))[:chars] for _ in range(completions)]
     rewards = [float(i % 2) for i in range(completions)]
-    return p.Group(
+    group = p.Group(
         spec=p.TaskSpec(
             dataset=dataset, config={"min_digits": 2}, seed=rng.randrange(2**31), index=rng.randrange(10**6)
         ),
@@ -65,6 +67,7 @@ def synthetic_group(
         model="sim-model",
         round=round_,
     )
+    return group if author is None else p.with_author(group, author)
 
 
 class SimNode:
@@ -102,7 +105,11 @@ class SimNode:
             return reply
         return await self.request(p.Auth(signature=p.sign_challenge(self.identity, self.swarm, reply.nonce)), timeout)
 
-    def publish_message(self, *groups: p.Group) -> p.Publish:
+    def publish_message(self, *groups: p.Group, as_author: bool = True) -> p.Publish:
+        """Groups signed by this node, their questions moved into its own stream first (``as_author``:
+        the relay pools only an author's own questions, wire.authorship)."""
+        if as_author:
+            groups = tuple(p.with_author(g, self.node_id) for g in groups)
         return p.Publish(groups=list(groups), signatures=[p.sign_group(self.identity, self.swarm, g) for g in groups])
 
     def report_message(self, round_: int, *groups: p.Group) -> p.Report:

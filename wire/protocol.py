@@ -67,6 +67,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from wire import authorship
 from wire import identity as ident
 from wire.identity import Identity
 
@@ -122,6 +123,14 @@ class TaskSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return msgspec.json.encode(self, order="sorted").decode()
 
 
+class Origin(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The author's stream a group's question was drawn from: its seed is
+    ``wire.authorship.stream_seed(author's node id, seed, lane, dataset, config)`` (``authored_by``)."""
+
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0  # the author's user seed
+    lane: Annotated[str, msgspec.Meta(pattern=r"\A[a-z]{1,16}\Z")] = authorship.MAIN_LANE
+
+
 class Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One question and the L answers a node generated for it, as plain text.
 
@@ -147,6 +156,8 @@ class Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                        msgspec.Meta(max_length=MAX_COMPLETION_CHARS + 1)]],
         msgspec.Meta(max_length=MAX_COMPLETIONS),
     ] | msgspec.UnsetType = msgspec.UNSET
+    # Which of its author's streams the question comes from; absent: Origin() (seed 0, the main lane).
+    origin: Origin | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         if len(self.rewards) != len(self.completions):
@@ -172,13 +183,32 @@ def group_bytes(group: Group) -> bytes:
 
 
 def group_digest(group: Group) -> str:
-    """A group's content id: 32 hex chars over its question and completions.
+    """A group's content id: 32 hex chars over what it teaches (``wire.authorship.normal_content``:
+    its answer, or question, and its completions, with spacing, case and order made alike).
 
     The relay refuses a second group with the same content from anyone (a copy of another
-    node's answers earns nothing); a node's ``report`` names trained groups by it.
+    node's answers earns nothing); a node trains it once and names trained groups by it in ``report``.
     """
-    content = msgspec.json.encode([group.question, group.completions])
+    content = msgspec.json.encode(authorship.normal_content(group.answer, group.question, group.completions))
     return hashlib.blake2b(content, digest_size=16).hexdigest()
+
+
+def group_origin(group: Group) -> Origin:
+    return Origin() if group.origin is msgspec.UNSET else group.origin
+
+
+def authored_by(group: Group, node_id: str) -> bool:
+    """True when the group's question seed is one of ``node_id``'s own streams (``wire.authorship``)."""
+    o = group_origin(group)
+    return group.spec.seed == authorship.stream_seed(node_id, o.seed, o.lane, group.spec.dataset, group.spec.config)
+
+
+def with_author(group: Group, node_id: str) -> Group:
+    """The group with its spec's seed moved into ``node_id``'s stream (its origin's): for tools and tests
+    that make groups by hand. The question text is not regenerated."""
+    o = group_origin(group)
+    seed = authorship.stream_seed(node_id, o.seed, o.lane, group.spec.dataset, group.spec.config)
+    return msgspec.structs.replace(group, spec=msgspec.structs.replace(group.spec, seed=seed))
 
 
 # --- identity on the wire ---------------------------------------------------------------

@@ -69,7 +69,8 @@ from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamSta
 from engine.tasks.rewards import Score
 from wire import events as ev
 from wire.identity import display_name
-from wire.protocol import Group, StatsReply, group_digest, has_spread
+from wire.authorship import stream_seed
+from wire.protocol import Group, Origin, StatsReply, group_digest, has_spread
 
 
 @dataclass
@@ -296,9 +297,11 @@ class Node:
         self.pause_point()
         self.phases.start(r.number, "training")
         r.train = self.trainer.step(train_groups, self.phases.progress)
-        self._report(r.number, r.external)
         for g in r.external:
             self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
+            if self.swarm is not None and g.digest:
+                self.swarm.remember(g.digest, g.source)  # and a later copy of its content, a copy
+        self._report(r.number, r.external)
 
     def _swap(self, r: RoundWork) -> None:
         self.phases.start(r.number, "swapping")
@@ -428,10 +431,19 @@ class Node:
             return 0
         wire = [Group(spec=g.question.spec, question=g.question.question, answer=g.question.answer,
                       completions=[c.text for c in g.completions], rewards=g.rewards, model=self.model_name,
-                      round=rnd, logprobs=_wire_logprobs(g) if self.cfg.share_logprobs else msgspec.UNSET)
-                for g in groups if has_spread(g.rewards)]
+                      round=rnd, logprobs=_wire_logprobs(g) if self.cfg.share_logprobs else msgspec.UNSET,
+                      origin=origin)
+                for g in groups if has_spread(g.rewards)
+                if (origin := self._origin(g.question.spec)) is not None]
         ack = self.swarm.publish(wire)
         return ack.accepted if ack is not None else 0
+
+    def _origin(self, spec: Any) -> Origin | None:
+        """Which of this node's streams drew a question (wire.authorship: receivers check it), or None."""
+        for stream in (self.stream, self.extra_stream):
+            if spec.seed == stream_seed(self.node_id, self.cfg.seed, stream.lane, spec.dataset, spec.config):
+                return Origin(seed=self.cfg.seed, lane=stream.lane)
+        return None
 
     def _report(self, rnd: int, external: list[ScoredGroup]) -> None:
         """Signed to the relay: the round is done, and these peers' groups were trained (their adoption)."""

@@ -8,7 +8,8 @@ A peer's group is trained on only if, in this order (cheap checks first, reasoni
 5. its sender has sandbox time left this round (``sender_budget``: refused unscored);
    in the sandbox, the spec regenerates (``bad_spec``) to the question and answer it carries
    (``question_mismatch``, ``answer_mismatch``), within the time limit (``timeout``, ``worker_died``);
-6. its question is not (the same content as) a held-out question (``heldout``);
+6. its question is not (the same content as) a held-out question (``heldout``), and no completion states a
+   held-out question with its answer (``heldout_leak``, engine/tasks/leakage.py);
 7. every completion, re-scored here, is consistent with the reward its sender claims
    (``reward_mismatch``): claimed = task_score + bonus if well formed, else task_score, with
    one bonus in [0, MAX_FORMAT_BONUS] for the whole group (nodes may shape format
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine.tasks.groups import Completion, ScoredGroup
+from engine.tasks.leakage import LeakCheck
 from engine.tasks.rewards import Score, extract_answer, is_well_formed, make_score
 from engine.sandbox.safe_scoring import capped
 from engine.sandbox.workers import Job, Result, Sandbox
@@ -90,6 +92,7 @@ class Verifier:
         self.swarm_admits = swarm_admits  # a swarm manifest's rule: any spec within its ranges
         self.sender_budget_s = sender_budget_s
         self.heldout_keys = {question_key(q) for q in heldout}
+        self.leak = LeakCheck(heldout)
         self.sandbox = sandbox
         self.tokenize, self.detokenize, self.prompt_ids = tokenize, detokenize, prompt_ids
         self.completions, self.max_tokens = completions, max_tokens
@@ -184,6 +187,8 @@ class Verifier:
             return Verdict(result.reason, seconds=result.seconds)
         if result.key in self.heldout_keys:
             return Verdict("heldout", seconds=result.seconds)
+        if any(self.leak.leaks(c.text) for c in p.completions):
+            return Verdict("heldout_leak", seconds=result.seconds)
         checkable = [(claim, (ts, is_well_formed(c.text)))
                      for claim, ts, c, ok in zip(p.claims, result.scores, p.completions, p.whole) if ok]
         if not claims_consistent([c for c, _ in checkable], [s for _, s in checkable]):

@@ -10,8 +10,8 @@ next URL, so a node whose relay died is back on another one at its next retry.
 
 The node proves its identity at every connection (it signs the relay's challenge), signs each
 group it publishes and each report of the groups it trained, and stays within the limits the
-relay announced in its welcome. Groups received are screened (``screen``: signature, own, replay)
-before the node looks at them.
+relay announced in its welcome. Groups received are screened (``screen``: signature, own, authorship,
+replay, copy) before the node looks at them.
 
 Refusals that retrying cannot fix (wrong token, bad key, another protocol version) are raised as
 ``SapoError`` on the first connection, so a misconfigured node stops with a clear line
@@ -38,12 +38,12 @@ from wire.identity import Identity
 from wire.manifest import Manifest, decode_manifest, manifest_changes, manifest_digest, mix_summary
 from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
                            Limits, ProtocolError, Publish, Report, Sample, ServerMessage, SharedGroup, StatsReply,
-                           StatsRequest, Welcome, decode, encode, group_digest, shared_group_ok, sign_challenge,
-                           sign_group, sign_report)
+                           StatsRequest, Welcome, authored_by, decode, encode, group_digest, shared_group_ok,
+                           sign_challenge, sign_group, sign_report)
 
 CLIENT_VERSION = "sapo-engine/0.2"
 FATAL = (Code.UNAUTHORIZED, Code.VERSION)
-TRAINED_MEMORY = 20_000  # digests of groups already trained: a replayed group is skipped, not retrained
+TRAINED_MEMORY = 20_000  # digests of groups trained or published here: a replay or copy is skipped, not retrained
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
@@ -107,7 +107,7 @@ class SwarmClient:
         self._next_try = 0.0
         self._ever_connected = False
         self._first_attempt = True
-        self._trained: OrderedDict[str, None] = OrderedDict()
+        self._trained: OrderedDict[str, str] = OrderedDict()  # content digest -> its author (this node: own)
         self._publish_tokens = 0.0  # paces publishing to the relay's groups_per_minute
         self._publish_stamp = time.monotonic()
         # The swarm's manifest (wire/manifest.py): the one this node joined with, and changes seen since.
@@ -283,6 +283,8 @@ class SwarmClient:
         if not fits:
             return None
         self._publish_tokens -= len(fits)
+        for g in fits:  # a copy of our own work coming back under another name is never trained here
+            self.remember(group_digest(g), self.node_id)
         signatures = [sign_group(self.identity, self.swarm, g) for g in fits]
         reply = self._request(Publish(groups=fits, signatures=signatures))
         return reply if isinstance(reply, Ack) else None
@@ -307,18 +309,31 @@ class SwarmClient:
         return list(reply.groups[:wanted]) if isinstance(reply, Groups) else []  # never more than asked for
 
     def screen(self, shared: SharedGroup) -> str | None:
-        """Why a received group must not be used (``bad_signature``, ``own``, ``replay``), or None.
+        """Why a received group must not be used (``bad_signature``, ``own``, ``not_author``, ``replay``, ``copy``),
+        or None.
 
         Runs before anything else looks at the group: the relay passes groups on, but only the
-        author's signature (over this swarm and the exact content) says who wrote it.
+        author's signature (over this swarm and the exact content) says who wrote it, and only a
+        question of the signer's own stream says the signer drew it (wire.authorship). Content trained
+        or published here before is a ``replay`` from the same author, else a ``copy``.
         """
         if not shared_group_ok(shared, self.swarm):
             return "bad_signature"
         if shared.node_id == self.node_id:
             return "own"
-        if group_digest(shared.group) in self._trained:
-            return "replay"
+        if not authored_by(shared.group, shared.node_id):
+            return "not_author"
+        author = self._trained.get(group_digest(shared.group))
+        if author is not None:
+            return "copy" if author not in ("", shared.node_id) else "replay"
         return None
+
+    def remember(self, digest: str, author: str) -> None:
+        """Content ``digest`` (``group_digest``) by ``author`` was trained or published here: never train it again."""
+        self._trained.setdefault(digest, author)
+        self._trained.move_to_end(digest)
+        while len(self._trained) > TRAINED_MEMORY:
+            self._trained.popitem(last=False)
 
     def report(self, round_: int, trained: list[str]) -> Ack | None:
         """Tell the relay this round is done and which of others' groups were trained (``group_digest``s, signed).
@@ -327,10 +342,7 @@ class SwarmClient:
         """
         digests = list(dict.fromkeys(trained))
         for d in digests:
-            self._trained[d] = None
-            self._trained.move_to_end(d)
-        while len(self._trained) > TRAINED_MEMORY:
-            self._trained.popitem(last=False)
+            self.remember(d, "")  # (the node remembers each one's author first: SwarmClient.remember)
         if self.ws is None:
             return None
         limit = self.limits.max_sample_n if self.limits is not None else len(digests)

@@ -36,6 +36,7 @@ from engine.tasks import frontier
 from engine.tasks.caps import ANY_TASK_CAPS, config_within_caps
 from engine.tasks.rewards import ANSWER_CLOSE, ANSWER_OPEN, tagged
 from engine.tasks.worked_examples import worked_answer
+from wire.authorship import MAIN_LANE, derive_seed, stream_seed  # one seed formula for the engine and the wire
 from wire.protocol import TaskSpec
 
 # The nine tasks of the paper's controlled experiment, on reasoning-gym's defaults.
@@ -97,12 +98,6 @@ class Question:
     entry: dict[str, Any]  # reasoning-gym's item, what its scorer needs
 
 
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any parts, stable across Python runs (unlike ``hash``)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
 def known_datasets() -> list[str]:
     return sorted(reasoning_gym.factory.DATASETS)
 
@@ -140,7 +135,7 @@ def build_mix(preset: str, tasks: list[str] | None = None, weights: dict[str, fl
 
 
 def _config_key(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
+    return json.dumps(config, sort_keys=True)  # the same as wire.authorship.config_key
 
 
 # Items do not depend on a dataset's size (item i is seeded with seed + i), but a few datasets
@@ -284,18 +279,20 @@ class QuestionStream:
         self.seed = seed
         self.state = state or StreamState()
         self._excluded = {question_key(q) for q in heldout}
-        # The main lane keeps the seeds it always had: checkpoints from before lanes draw on unchanged.
-        self._lane: tuple[str, ...] = () if lane == "main" else (lane,)
+        self.lane = lane
         self._levels = levels_from or self
 
     def _task_seed(self, entry: TaskEntry) -> int:
-        return derive_seed("train", self.node_id, self.seed, *self._lane, entry.dataset, _config_key(entry.config))
+        # Derived from the node id, so a receiver can check who drew a question (wire.authorship); the main
+        # lane keeps the seeds it always had: checkpoints from before lanes draw on unchanged.
+        return stream_seed(self.node_id, self.seed, self.lane, entry.dataset, entry.config)
 
     def draw(self, n: int) -> list[Question]:
         """Draw n questions, tasks chosen by weight with replacement (as in the paper)."""
         out = []
         for _ in range(n):
-            rng = random.Random(derive_seed("pick", self.node_id, self.seed, *self._lane, self.state.draws))
+            lane = () if self.lane == MAIN_LANE else (self.lane,)
+            rng = random.Random(derive_seed("pick", self.node_id, self.seed, *lane, self.state.draws))
             entry = rng.choices(self.mix, weights=[e.weight for e in self.mix])[0]
             self.state.draws += 1
             out.append(self._next_of(entry))

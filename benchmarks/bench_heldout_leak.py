@@ -1,0 +1,90 @@
+"""How often do completions state held-out answers in their working (issue 23 item 5)?
+
+The bundled model samples, with a node's own prompts (easy preset, 2 worked examples, temperature 1):
+- ``heldout``: the held-out questions themselves (what a completion that "states a held-out answer" looks like);
+- ``training``: questions of a node's own stream (never held out), the groups a node shares: how many of
+  these would the receiver's rule (engine/tasks/leakage.py) refuse by mistake?
+Hostile completions: each training completion with one held-out question and its answer added to its working,
+in three wordings (the question's own text, its bare expression/numbers, and spelled out in words): how many
+does the rule catch?
+
+    python benchmarks/bench_heldout_leak.py [--per-task 16] [--completions 4] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+from pathlib import Path
+
+from engine.models.modelfile import bundled_model_path
+from engine.models.working_copy import working_gguf
+from engine.sampling.llm import LlamaModel
+from engine.sampling.rollout import RolloutGenerator, SamplingParams
+from engine.tasks.leakage import LeakCheck, marks
+from engine.tasks.questions import Prompts, QuestionStream, build_mix, heldout_set, question_key
+from engine.tasks.rewards import extract_answer
+
+WORDS = "zero one two three four five six seven eight nine".split()
+
+
+def spelled(text: str) -> str:
+    return " ".join(WORDS[int(ch)] if ch.isdigit() else ch for ch in text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-task", type=int, default=16)
+    ap.add_argument("--completions", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    cache = Path(os.environ.get("SAPO_CACHE_DIR", tempfile.mkdtemp()))
+    mix = build_mix("easy")
+    held = heldout_set(mix, args.per_task)
+    check = LeakCheck(held)
+    own = QuestionStream(mix, "c" * 32, 0, held).draw(len(held))
+    n_seq = len(held) * args.completions
+    llm = LlamaModel(working_gguf(bundled_model_path(), "auto", cache / "models"), n_ctx=n_seq * 96 + 8192,
+                     n_seq_max=n_seq, threads=args.threads)
+    prompts = Prompts(mix, 2, frozenset(question_key(q) for q in held), llm.prompt_tokens)
+    gen = RolloutGenerator(llm, seed=5)
+    params = SamplingParams(max_tokens=96)
+    out = {name: gen.generate([prompts(q) for q in qs], args.completions, params)
+           for name, qs in (("heldout", held), ("training", own))}
+    llm.close()
+
+    def stated_in_working(q, text: str) -> bool:  # the question's own answer, before its answer tag
+        m = marks(q)
+        return m is not None and bool(m.match(" ".join(text.split("<answer>")[0].casefold().split())))
+
+    print(f"bundled model, easy preset, {len(held)} held-out and {len(own)} training questions x {args.completions}")
+    texts = [c.text for cs in out["heldout"] for c in cs]
+    in_working = sum(stated_in_working(q, c.text) for q, cs in zip(held, out["heldout"]) for c in cs)
+    print(f"  held-out questions: {in_working}/{len(texts)} completions state the question and its answer in their "
+          f"working; {sum(extract_answer(c.text) is not None for cs in out['heldout'] for c in cs)} give a tagged answer")
+    train = [c.text for cs in out["training"] for c in cs]
+    flagged = sum(check.leaks(t) for t in train)
+    print(f"  training questions (honest, shared): {flagged}/{len(train)} completions refused by the rule "
+          f"({flagged / len(train):.1%}); groups refused: "
+          f"{sum(any(check.leaks(c.text) for c in cs) for cs in out['training'])}/{len(own)}")
+    rng = random.Random(0)
+    kinds = {
+        "question text": lambda h: f" Also: {h.question} {h.answer}.",
+        "bare": lambda h: f" (Note {h.entry['metadata'].get('expression', h.entry['metadata'].get('year', ''))}"
+                          f" -> {h.answer})",
+        "spelled out": lambda h: f" Also: {spelled(h.question)} {spelled(h.answer)}.",
+    }
+    for kind, add in kinds.items():
+        hostile = []
+        for t in train:
+            h = rng.choice(held)
+            head, tag, tail = t.partition("<answer>")
+            hostile.append(head + add(h) + tag + tail)
+        caught = sum(check.leaks(t) for t in hostile)
+        print(f"  hostile, held-out pair added as {kind}: {caught}/{len(hostile)} caught ({caught / len(hostile):.1%})")
+
+
+if __name__ == "__main__":
+    main()

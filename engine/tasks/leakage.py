@@ -1,0 +1,59 @@
+"""Held-out answers stated in a peer's reasoning (issue 23 item 5).
+
+A peer's group on a question of its own may carry, in its completions' working, a held-out question with
+its answer ("by the way, 3 * 4 = 12"); trained on, that teaches the receiver its own evaluation. A receiver
+refuses an external group any completion of which states a held-out question (``marks``: what decides the
+question, e.g. an arithmetic expression or a leap-year question's year) together with its answer
+(``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only. A paraphrase ("three
+times four is twelve") is not caught; docs/SECURITY.md has the measured rates
+(benchmarks/bench_heldout_leak.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from engine.tasks.questions import Question
+
+
+def squash(text: str) -> str:
+    """Casefolded, no whitespace around symbols, one space between words: ``Calculate 2 + 5.`` -> ``calculate 2+5.``"""
+    return " ".join(re.sub(r"\s*([^\w\s.])\s*", r"\1", str(text).casefold()).split())
+
+
+def _core(dataset: str, entry: dict[str, Any], question: str) -> str:
+    meta = entry.get("metadata", {}) if isinstance(entry, dict) else {}
+    try:
+        if dataset in ("basic_arithmetic", "chain_sum"):
+            return squash(meta["expression"])
+        if dataset == "calendar_arithmetic" and meta.get("task") == "is_leap_year":
+            return str(meta["year"])
+        if dataset == "gcd":
+            return ",".join(str(n) for n in meta["numbers"])
+    except (KeyError, TypeError):
+        pass
+    return squash(question)
+
+
+def marks(q: Question) -> re.Pattern[str] | None:
+    """A pattern for "states this question and its answer" over squashed text (whole numbers and words only:
+    ``2+5`` is not inside ``12+5``, ``no`` not inside ``not``); None where there is no answer to leak."""
+    answer = squash(q.answer)
+    if not answer:
+        return None
+    core = _core(q.spec.dataset, q.entry, q.question)
+    edge_l, edge_r = r"(?<![0-9a-z.])", r"(?![0-9a-z]|\.[0-9])"
+    a, c = edge_l + re.escape(answer) + edge_r, edge_l + re.escape(core) + edge_r
+    return re.compile(f"(?=.*{c})(?=.*{a})", re.DOTALL)
+
+
+class LeakCheck:
+    """The held-out set's marks, and whether a completion states one of them."""
+
+    def __init__(self, heldout: list[Question]) -> None:
+        self.marks = [m for m in map(marks, heldout) if m is not None]
+
+    def leaks(self, text: str) -> bool:
+        squashed = squash(text)
+        return any(m.match(squashed) for m in self.marks)
