@@ -18,7 +18,7 @@ sysdeps:
 	@scripts/system-deps.sh || true
 
 test: setup fixtures sysdeps
-	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider
+	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30
 
 bench: setup
 	.venv/bin/python benchmarks/bench_rollout.py

@@ -3,7 +3,8 @@
 Speed and memory are the point of this module.
 - Shared prefix: a group's prompt runs once (forward and backward) for its L completions, and the
   beginnings the update's prompts share (system prompt, a task's worked examples) once per update
-  (``engine.learning.packing``); a micro-batch is a set of whole groups. The per-sequence path (each
+  (``engine.learning.packing``): without autograd before the micro-batches, again with it after them
+  for their summed gradient, so that the beginnings hold only their keys/values in between; a micro-batch is a set of whole groups. The per-sequence path (each
   completion with its own copy of the prompt) stays as the reference the tests and the
   benchmark compare against (``shared_prefix=False``).
 - Checkpointing only when needed: each micro-batch's activation memory is estimated (and
@@ -24,10 +25,11 @@ the first update, with the current policy.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, fields
-from typing import Callable, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -174,6 +176,22 @@ def _checkpointable(layer: torch.nn.Module) -> None:
     layer.forward = maybe_checkpointed
 
 
+def _rng_state(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    dev = next(module.parameters()).device
+    return torch.get_rng_state(), torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
+
+
+@contextlib.contextmanager
+def _rng_restored(module: torch.nn.Module, state: tuple[torch.Tensor, torch.Tensor | None]) -> Iterator[None]:
+    """Run with the random state ``state``, leaving the caller's as it was."""
+    dev = next(module.parameters()).device
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], dev)
+        yield
+
+
 def micro_batches(units: Sequence[Unit], size: int,
                   fits: Callable[[list[Unit]], bool] | None = None) -> list[list[Unit]]:
     """Consecutive units, at most ``size`` completions per batch unless one group alone is larger;
@@ -231,6 +249,7 @@ class Trainer:
         for layer in self.layers:
             _checkpointable(layer)
         self._prefixes = PrefixPlan(((),), {})  # the current update's shared prompt beginnings
+        self._prefix_rng = _rng_state(self.decoder)  # the random state the beginnings last ran with
         model.train()
 
     # --- one micro-batch: packed completion-token log-probs and their advantages ---
@@ -275,35 +294,42 @@ class Trainer:
                    for u in batch)
 
     def _prefix_bytes(self) -> int:
-        """Activation memory of the update's beginnings' passes (kept until the update's end)."""
-        fams = self._prefixes.families
-        if not self._prefixes.tokens:
-            return 0
-        root = len(fams[0])
-        cells = root + sum(len(f) for f in fams[1:])  # each pass's rows and their key lengths
-        return self.plan.estimate(BatchShape(self._prefixes.tokens, cells))
+        """Memory the beginnings hold while the micro-batches run: their keys/values only, since their
+        passes run without autograd there and again with it at the update's end (``_backward_prefixes``)."""
+        cfg = self.decoder.config
+        layers = cfg.num_hidden_layers
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        cells = sum(len(f) for f in self._prefixes.families)  # each family's keys include the root's
+        # Keys and values, plus their gradients' buffers of the same size.
+        return 4 * layers * kv_heads * head_dim * cells * self.decoder.get_input_embeddings().weight.element_size()
 
-    def _run_prefixes(self, grad: bool) -> tuple[list[PrefixCache | None], list[PrefixCache | None]]:
-        """The update's beginnings, run once: (their caches, with autograd history; the leaves the
-        micro-batches attend to, whose gradients sum over micro-batches). Without grad, both the same."""
+    def _run_prefixes(self, grad: bool) -> list[PrefixCache | None]:
+        """The update's beginnings' keys/values, run once without autograd. With ``grad``, as leaves whose
+        gradients sum over the micro-batches; ``_backward_prefixes`` takes them back through the passes.
+        Why not keep the passes' autograd graph: its activations would live through every micro-batch,
+        and on long preambles that cost more memory than the micro-batches themselves."""
         self._set_checkpointing(False)
-        caches = run_prefixes(self.decoder, self._prefixes)
+        self._prefix_rng = _rng_state(self.decoder)  # so that the second pass draws any dropout mask again
+        with torch.no_grad():
+            caches = run_prefixes(self.decoder, self._prefixes)
         if not grad:
-            return caches, caches
-        leaves: list[PrefixCache | None] = []
+            return caches
         for c in caches:
-            if c is None:
-                leaves.append(None)
-                continue
-            leaf = PrefixCache()
-            leaf.keys = {n: t.detach().requires_grad_() for n, t in c.keys.items()}
-            leaf.values = {n: t.detach().requires_grad_() for n, t in c.values.items()}
-            leaves.append(leaf)
-        return caches, leaves
+            if c is not None:
+                for t in (*c.keys.values(), *c.values.values()):
+                    t.requires_grad_()
+        return caches
 
-    @staticmethod
-    def _backward_prefixes(caches: list[PrefixCache | None], leaves: list[PrefixCache | None]) -> None:
-        """The gradient summed at the beginnings' keys/values, back through their passes, once."""
+    def _backward_prefixes(self, leaves: list[PrefixCache | None]) -> None:
+        """The gradient summed at the beginnings' keys/values, back through their passes, run again with
+        autograd: the same computation (the random state is put back, so a LoRA dropout draws the same mask).
+        Costs the beginnings' forward twice, still once per update, not once per group."""
+        if not any(leaf is not None and any(t.grad is not None for t in leaf.keys.values()) for leaf in leaves):
+            return
+        self._set_checkpointing(False)
+        with _rng_restored(self.decoder, self._prefix_rng):
+            caches = run_prefixes(self.decoder, self._prefixes)
         outs, grads = [], []
         for c, leaf in zip(caches, leaves):
             if c is None or leaf is None:
@@ -398,7 +424,7 @@ class Trainer:
         """Per micro-batch, packed completion-token log-probs under the current policy (no grad)."""
         was_training = self.model.training
         self.model.eval()
-        prefixes = self._run_prefixes(grad=False)[1] if self.cfg.shared_prefix else None
+        prefixes = self._run_prefixes(grad=False) if self.cfg.shared_prefix else None
         out = [self._forward(batch, prefixes)[0] for batch in batches]
         self.model.train(was_training)
         return out
@@ -412,7 +438,7 @@ class Trainer:
             return TrainStats(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
         self._prefixes = plan_prefixes([g.prompt_ids for g in groups]) if self.cfg.shared_prefix \
             else PrefixPlan(((),), {})
-        # The beginnings' activations live through the update: micro-batches get what is left of the budget.
+        # The beginnings' keys/values live through the update: micro-batches get what is left of the budget.
         self.plan.budget = max(self.cfg.memory_budget // 4, self.cfg.memory_budget - self._prefix_bytes())
         batches = self._batches(groups)
         if self.cfg.shared_prefix:  # again, over the parts: a group split in two runs its prompt once too
@@ -427,7 +453,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = low = high = lp_sum = 0.0
             checkpointed = 0
-            caches, leaves = self._run_prefixes(grad=True) if self.cfg.shared_prefix else ([], None)
+            leaves = self._run_prefixes(grad=True) if self.cfg.shared_prefix else None
             for i, batch in enumerate(batches):
                 shape = self._shape(batch)
                 ckpt = self.plan.checkpoint(shape)
@@ -455,7 +481,7 @@ class Trainer:
                     on_micro_batch(i + 1, len(batches))
             self._set_checkpointing(False)
             if leaves is not None:
-                self._backward_prefixes(caches, leaves)
+                self._backward_prefixes(leaves)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
