@@ -102,6 +102,7 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert "| swarm | 1 x 2 x 2 |" in rep.stdout
     assert "Paired with alone" in rep.stdout and "| swarm | 2 |" in rep.stdout
+    assert "same questions' reward - alone" in rep.stdout
     assert "cost: 8 agent-rounds" in rep.stdout
     _assert_paired(out)
 
@@ -115,6 +116,8 @@ def _assert_paired(ran: Path) -> None:
     for key in alone:
         assert len(alone[key]) == 4  # I + J own questions: alone makes the J itself
         assert alone[key][:2] == swarm[key][:2], key  # the same first I, in the same order
+    for r in cells["alone"] + cells["swarm"]:  # the reward on those first I, which the report pairs
+        assert 0.0 <= r["paired_reward_mean"] <= 1.1, r
     assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
     assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
     for k in ("0", "1"):

@@ -147,3 +147,20 @@ def test_a_mixed_run_is_paired_per_model(tmp_path: Path):
     assert a.total_diff is not None and a.total_diff.mean == pytest.approx(0.0)
     text = report([tmp_path], tmp_path / "f.png")
     assert "### agents running a" in text and "### agents running b" in text
+
+
+def test_same_questions_reward_is_paired_on_the_main_streams_questions_only():
+    # Alone's mean reward counts its extra draws too; the same-questions column compares only the main stream's
+    # groups, which both configurations drew alike. Agent 1 of swarm has a round without the figure (older code):
+    # that agent is left out of the column, not counted as 0.
+    def rec(config, agent, rnd, reward, same):
+        return {"type": "round", "config": config, "seed": 0, "agent": agent, "round": rnd,
+                "reward_mean": reward, "paired_reward_mean": same}
+    records = [rec("alone", 0, 1, 0.5, 0.2), rec("alone", 0, 2, 0.5, 0.3),
+               rec("swarm", 0, 1, 0.2, 0.25), rec("swarm", 0, 2, 0.2, 0.45),
+               rec("alone", 1, 1, 0.5, 0.1), rec("swarm", 1, 1, 0.2, None)]
+    (p,) = paired(records, {})
+    assert p.total_diff is not None and p.total_diff.mean == pytest.approx(-0.45)  # (-0.6 + -0.3) / 2
+    assert p.same_questions_diff is not None and p.same_questions_diff.n == 1
+    assert p.same_questions_diff.mean == pytest.approx(0.2)  # (0.25 + 0.45) - (0.2 + 0.3)
+    assert "| swarm | 2 | -0.45 [" in format_paired([p]) and "| +0.20 (n=1) |" in format_paired([p])

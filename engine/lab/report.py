@@ -177,6 +177,21 @@ def agent_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]
     return dict(out)
 
 
+def agent_paired_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]:
+    """Total over rounds of the reward on the main stream's questions (``paired_reward_mean``), the same
+    questions in every configuration; only agents whose every round carries it (older records do not)."""
+    out: dict[Key, float] = defaultdict(float)
+    missing: set[Key] = set()
+    for r in records:
+        if r["config"] == config:
+            key = (int(r["seed"]), int(r["agent"]))
+            if r.get("paired_reward_mean") is None:
+                missing.add(key)
+            else:
+                out[key] += r["paired_reward_mean"]
+    return {k: v for k, v in out.items() if k not in missing}
+
+
 def agent_evals(evals: dict[tuple[str, int], dict[str, Any]], config: str, when: str = "eval") -> dict[Key, dict]:
     """Held-out results per (seed, agent) of finished cells: ``eval`` (end), ``eval_middle``, ``eval_start``."""
     return {(seed, int(a)): e for (c, seed), data in evals.items() if c == config
@@ -189,6 +204,7 @@ class Paired:
     pairs: int
     total_diff: Interval | None  # total reward minus the baseline's, per (seed, agent)
     total_ratio: float | None  # sum over pairs of totals over the baseline's
+    same_questions_diff: Interval | None  # total reward on the main stream's questions minus the baseline's
     greedy_change: Interval | None  # end minus start, this configuration alone (not paired)
     greedy_diff: Interval | None  # end minus the baseline's end, per (seed, agent)
     sampled_diff: Interval | None
@@ -216,10 +232,12 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
         mk = sorted(set(mid) & set(base_m))
         tasks = sorted({t for k in ek for t in end[k].get("per_task", {}) if t in base_e[k].get("per_task", {})})
         base_sum = sum(base_t[k] for k in keys)
+        same, base_same = agent_paired_totals(records, config), agent_paired_totals(records, baseline)
         out.append(Paired(
             config=config, pairs=len(keys),
             total_diff=paired_interval([tot[k] - base_t[k] for k in keys]),
             total_ratio=sum(tot[k] for k in keys) / base_sum if base_sum else None,
+            same_questions_diff=paired_interval([same[k] - base_same[k] for k in sorted(set(same) & set(base_same))]),
             greedy_change=paired_interval([end[k]["eval_accuracy"] - start[k]["eval_accuracy"]
                                            for k in sorted(set(end) & set(start))]),
             greedy_diff=paired_interval([end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek]),
@@ -241,10 +259,12 @@ def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
     if not rows:
         return ""
     head = (f"\nPaired with {baseline} (same seed, same agent; mean difference [95 % interval over pairs]):\n\n"
-            f"| configuration | pairs | total reward - {baseline} | ratio | held-out greedy: change since start "
+            f"| configuration | pairs | total reward - {baseline} | ratio | same questions' reward - {baseline} "
+            f"| held-out greedy: change since start "
             f"| greedy - {baseline} (middle) | greedy - {baseline} (end) | sampled - {baseline} (end) |\n"
-            "|---|---|---|---|---|---|---|---|\n")
-    lines = [f"| {p.config} | {p.pairs} | {_iv(p.total_diff, 2)} | {_f(p.total_ratio, 2)}x | {_iv(p.greedy_change)} "
+            "|---|---|---|---|---|---|---|---|---|\n")
+    lines = [f"| {p.config} | {p.pairs} | {_iv(p.total_diff, 2)} | {_f(p.total_ratio, 2)}x "
+             f"| {_iv(p.same_questions_diff, 2)} | {_iv(p.greedy_change)} "
              f"| {_iv(p.middle_greedy_diff)} | {_iv(p.greedy_diff)} | {_iv(p.sampled_diff)} |" for p in rows]
     tasks = sorted({t for p in rows for t in p.per_task})
     text = head + "\n".join(lines) + "\n"

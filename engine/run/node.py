@@ -79,6 +79,7 @@ class RoundWork:
 
     number: int
     own: list[ScoredGroup] = field(default_factory=list)
+    main: int = 0  # the first ``main`` own groups come from the main question stream (paired across configurations)
     external: list[ScoredGroup] = field(default_factory=list)  # verified, chosen for training
     spare: list[ScoredGroup] = field(default_factory=list)  # verified, not chosen: for dead slots
     rejected: Counter[str] = field(default_factory=Counter)
@@ -252,7 +253,7 @@ class Node:
         self.generator.reseed(derive_seed("sampling", self.node_id, self.cfg.seed, r.number))
         n_local = self.budget - len(r.external)
         self.phases.start(r.number, "generating", n_local * self.cfg.completions)
-        main = min(n_local, self.cfg.local_groups)
+        main = r.main = min(n_local, self.cfg.local_groups)
         r.own = self.rollout(self.stream.draw(main) + self.extra_stream.draw(n_local - main))
         self._count_generation(r)
 
@@ -367,6 +368,9 @@ class Node:
             "per_task": _per_task(r.own),
             # In draw order: shows that paired experiment configurations trained on the same questions.
             "own_questions": [question_key(g.question) for g in r.own],
+            # Reward on the main stream's groups only: the questions every paired configuration draws alike,
+            # so that comparing it is not comparing one configuration's extra draws with another's.
+            "paired_reward_mean": round(summarize(r.own[:r.main])["reward_mean"], 4) if r.main else None,
             **self._swarm_metrics(r),
         }
         if self.cfg.frontier:
