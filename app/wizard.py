@@ -14,7 +14,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QProgress
 
 from app import palette
 from app.engine_tasks import IdentityQuery, ModelDownload, ModelsQuery
-from app.forms import PowerForm, SwarmForm
+from app.forms import SwarmForm
+from app.resource_forms import ResourcesForm, RulesForm
 from app.icon import app_icon
 from app.settings import AppSettings
 from wire.models import ModelInfo, ModelsReport
@@ -308,9 +309,20 @@ class PowerPage(QWizardPage):
     def __init__(self, cores: int) -> None:
         super().__init__()
         self.setTitle("How much of the computer to use")
-        self.setSubTitle("You can change this at any time, also while training.")
-        self.form = PowerForm(cores)
-        QVBoxLayout(self).addWidget(self.form)
+        self.setSubTitle("You can change this at any time, also while training (Preferences, or the tray icon).")
+        self.resources = ResourcesForm(cores)
+        self.rules = RulesForm()
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.resources)
+        layout.addWidget(self.rules)
+
+    def load(self, s: AppSettings) -> None:
+        self.resources.load(s)
+        self.rules.load(s)
+
+    def store(self, s: AppSettings) -> None:
+        self.resources.store(s)
+        self.rules.store(s)
 
 
 class SetupWizard(QWizard):
@@ -334,7 +346,7 @@ class SetupWizard(QWizard):
                      self.power_page):
             self.addPage(page)
         self.swarm_page.form.load(self.settings)
-        self.power_page.form.load(self.settings)
+        self.power_page.load(self.settings)
         self.query = ModelsQuery(self)
         self.query.done.connect(self._on_report)
         self.query.failed.connect(self._on_failed)
@@ -394,7 +406,7 @@ class SetupWizard(QWizard):
         if model:
             s.node["model"] = model
         self.swarm_page.form.store(s)
-        self.power_page.form.store(s)
+        self.power_page.store(s)
         s.setup_done = True
         return s
 
