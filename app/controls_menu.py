@@ -11,8 +11,9 @@ from PySide6.QtWidgets import QMenu
 from app.resource_forms import cores_words, cpu_words
 from app.settings import CPU_LIMITS, AppSettings
 
-RULES = {"only_when_idle": "Run only when idle", "schedule_on": "Run only on schedule",
-         "pause_on_battery": "Pause on battery"}
+# Mnemonics free beside the Run menu's own (Start, Pause, Finish, sTop, Quit)
+RULES = {"only_when_idle": "Run only when &idle", "schedule_on": "Run only &between",
+         "pause_on_battery": "Pause on &battery"}
 
 
 class ControlsMenu(QObject):
@@ -23,7 +24,7 @@ class ControlsMenu(QObject):
     def __init__(self, menu: QMenu, cores: int, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.cores = max(1, cores)
-        self.cores_menu = menu.addMenu("Cores")
+        self.cores_menu = menu.addMenu("&Cores")
         self.threads: dict[int, QAction] = {}
         group = QActionGroup(self)
         for n in range(1, self.cores + 1):
@@ -32,7 +33,7 @@ class ControlsMenu(QObject):
             group.addAction(act)
             self.cores_menu.addAction(act)
             self.threads[n] = act
-        self.cpu_menu = menu.addMenu("CPU time")
+        self.cpu_menu = menu.addMenu("CPU ti&me")
         self.cpu_group = QActionGroup(self)
         self.cpu: dict[int, QAction] = {}
         for p in CPU_LIMITS:
@@ -62,4 +63,4 @@ class ControlsMenu(QObject):
         (self.cpu.get(limit) or self._cpu_action(limit)).setChecked(True)
         for key, act in self.rules.items():
             act.setChecked(bool(getattr(s, key)))
-        self.rules["schedule_on"].setText(f"Run only between {s.schedule_start} and {s.schedule_end}")
+        self.rules["schedule_on"].setText(f"Run only &between {s.schedule_start} and {s.schedule_end}")

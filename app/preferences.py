@@ -70,8 +70,10 @@ class ModelTab(QWidget):
         self.warning.setWordWrap(True)
         self.warning.setStyleSheet(f"color: {palette.ERROR_TEXT}")
         form.addRow(self.warning)
-        note = QLabel("A model not on this computer yet is downloaded at the next start. A new model starts its "
-                      "training from the beginning.")
+        # (engine/run/node.py refuses a checkpoint of another model in the same data dir)
+        note = QLabel("A model not on this computer yet is downloaded at the next start. The training so far "
+                      "belongs to the current model: the engine does not yet start another model in the same "
+                      "data folder.")
         note.setWordWrap(True)
         note.setStyleSheet(f"color: {palette.MUTED_TEXT}")
         form.addRow(note)

@@ -34,7 +34,7 @@ class ResourcesForm(QWidget):
 
     changed = Signal()
 
-    def __init__(self, cores: int, parent: QWidget | None = None) -> None:
+    def __init__(self, cores: int, parent: QWidget | None = None, stretch: bool = True) -> None:
         super().__init__(parent)
         self.cores = max(1, cores)
         layout = QVBoxLayout(self)
@@ -59,7 +59,8 @@ class ResourcesForm(QWidget):
                            "between its steps, so the processor runs cooler and quieter (BOINC's throttle); "
                            "both apply while training, from the next step or round."))
         layout.addWidget(box)
-        layout.addStretch(1)
+        if stretch:  # alone on a tab: at the top (the wizard stacks both forms and stretches below them)
+            layout.addStretch(1)
         self.threads.valueChanged.connect(self._update)
         self.cpu.valueChanged.connect(self._update)
         self.threads.setValue(max(1, self.cores // 2))
@@ -100,7 +101,7 @@ class ResourcesForm(QWidget):
 class RulesForm(QWidget):
     """When to run: only when idle, only between two times of day, not on battery."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, stretch: bool = True) -> None:
         super().__init__(parent)
         layout = QVBoxLayout(self)
         idle_box = QGroupBox("While you use the computer")
@@ -114,7 +115,11 @@ class RulesForm(QWidget):
         self.idle_minutes.setAccessibleName("idle minutes")
         self.battery = QCheckBox("Pause while on battery")
         v.addWidget(self.idle)
-        v.addWidget(self.idle_minutes)
+        minutes = QHBoxLayout()
+        minutes.setContentsMargins(24, 0, 0, 0)
+        minutes.addWidget(self.idle_minutes)
+        minutes.addStretch(1)
+        v.addLayout(minutes)
         v.addWidget(self.battery)
         layout.addWidget(idle_box)
         when = QGroupBox("Daily schedule")
@@ -136,7 +141,8 @@ class RulesForm(QWidget):
         w.addWidget(_muted("Local time, every day. A window past midnight is fine (22:00 and 07:00: overnight). "
                            "Outside it training pauses at its next pause point and goes on when the window opens."))
         layout.addWidget(when)
-        layout.addStretch(1)
+        if stretch:
+            layout.addStretch(1)
         self.idle.toggled.connect(self.idle_minutes.setEnabled)
         self.schedule.toggled.connect(self.start.setEnabled)
         self.schedule.toggled.connect(self.end.setEnabled)

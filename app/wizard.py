@@ -310,11 +310,12 @@ class PowerPage(QWizardPage):
         super().__init__()
         self.setTitle("How much of the computer to use")
         self.setSubTitle("You can change this at any time, also while training (Preferences, or the tray icon).")
-        self.resources = ResourcesForm(cores)
-        self.rules = RulesForm()
+        self.resources = ResourcesForm(cores, stretch=False)
+        self.rules = RulesForm(stretch=False)
         layout = QVBoxLayout(self)
         layout.addWidget(self.resources)
         layout.addWidget(self.rules)
+        layout.addStretch(1)
 
     def load(self, s: AppSettings) -> None:
         self.resources.load(s)
