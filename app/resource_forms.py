@@ -4,7 +4,7 @@ between two times of day, not on battery: the app's rules, app/power.py)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTime, Qt, Signal
+from PySide6.QtCore import Qt, QTime, Signal
 from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QSlider, QSpinBox, QTimeEdit,
                                QVBoxLayout, QWidget)
 

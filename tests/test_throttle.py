@@ -146,8 +146,8 @@ def test_the_real_meter_counts_this_process_and_its_children():
     import sys
 
     before = process_cpu_seconds()
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
-                              "while time.process_time() - t < 0.5: pass\ntime.sleep(30)"])
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
     try:
         deadline = time.monotonic() + 60
         while process_cpu_seconds() - before < 0.5 and time.monotonic() < deadline:
