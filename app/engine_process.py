@@ -143,6 +143,9 @@ class EngineProcess(QObject):
     def set_threads(self, threads: int) -> bool:
         return self.send(ev.SetThreads(threads=threads))
 
+    def set_cpu_limit(self, percent: int) -> bool:
+        return self.send(ev.SetCpuLimit(percent=percent))
+
     # --- slots ---
     def _on_stdout_line(self, line: str) -> None:
         try:

@@ -1,13 +1,13 @@
-"""Settings forms shared by the setup wizard and the preferences dialog: the swarm, and power use."""
+"""The swarm form, shared by the setup wizard and the preferences dialog (computer use: app/resource_forms.py)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton,
-                               QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QButtonGroup, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton, QSpinBox,
+                               QVBoxLayout, QWidget)
 
 from app import palette
-from app.settings import POWER_WORDS, RELAY_PLACEHOLDER, AppSettings, preset_threads
+from app.settings import RELAY_PLACEHOLDER, AppSettings
 from wire.addresses import relay_urls_problem
 from wire.invite import InviteError, parse_invite
 from wire.protocol import swarm_name_problem
@@ -170,57 +170,3 @@ class SwarmForm(QWidget):
             s.node["token"] = self.token.text()
         if kind in ("public", "private"):
             s.node.update(self.pins)
-
-
-class PowerForm(QWidget):
-    def __init__(self, cores: int, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.cores = cores
-        layout = QVBoxLayout(self)
-        box = QGroupBox("How much of the processor to use")
-        inner = QVBoxLayout(box)
-        self.group = QButtonGroup(self)
-        self.buttons: dict[str, QRadioButton] = {}
-        for key, words in POWER_WORDS.items():
-            n = preset_threads(key, cores)
-            button = QRadioButton(f"{words} ({n} thread{'s' if n > 1 else ''})")
-            self.group.addButton(button)
-            self.buttons[key] = button
-            inner.addWidget(button)
-        layout.addWidget(box)
-        rules = QGroupBox("When to run")
-        form = QVBoxLayout(rules)
-        self.idle = QCheckBox("Run only when the computer is idle")
-        self.idle.setToolTip("Training pauses while you use the computer and resumes once it has been idle "
-                             "for the minutes below.")
-        self.idle_minutes = QSpinBox()
-        self.idle_minutes.setRange(1, 120)
-        self.idle_minutes.setSuffix(" minutes without keyboard or mouse")
-        self.idle_minutes.setAccessibleName("idle minutes")
-        self.battery = QCheckBox("Pause while on battery")
-        form.addWidget(self.idle)
-        form.addWidget(self.idle_minutes)
-        form.addWidget(self.battery)
-        layout.addWidget(rules)
-        layout.addStretch(1)
-        self.idle.toggled.connect(self.idle_minutes.setEnabled)
-        self.buttons["medium"].setChecked(True)
-        one_tab_stop(self.group)
-
-    @property
-    def power(self) -> str:
-        return next((k for k, b in self.buttons.items() if b.isChecked()), "medium")
-
-    def load(self, s: AppSettings) -> None:
-        self.buttons.get(s.power, self.buttons["medium"]).setChecked(True)
-        self.idle.setChecked(s.only_when_idle)
-        self.idle_minutes.setValue(s.idle_minutes)
-        self.idle_minutes.setEnabled(s.only_when_idle)
-        self.battery.setChecked(s.pause_on_battery)
-
-    def store(self, s: AppSettings) -> None:
-        s.power = self.power  # type: ignore[assignment]
-        s.node["threads"] = preset_threads(s.power, self.cores)
-        s.only_when_idle = self.idle.isChecked()
-        s.idle_minutes = self.idle_minutes.value()
-        s.pause_on_battery = self.battery.isChecked()

@@ -1,17 +1,22 @@
-"""BOINC-style computing preferences: run only when the computer is idle, pause on battery.
+"""BOINC-style computing preferences: run only when the computer is idle, only between two times of day,
+pause on battery.
 
-The decision is a pure function (``decide``), tested alone; the facts come from psutil
-(battery) and app/idle.py (the user's idle time, per platform). Unknown never pauses.
+The decisions are pure functions (``hold_reason``, ``in_schedule``, ``PowerPolicy.decide``), tested alone; the
+facts come from ``Sources``: psutil (battery), app/idle.py (the user's idle time, per platform) and the clock,
+each replaceable by a test's fake. Unknown never pauses. (How many cores and how much of their CPU time the
+engine uses are the engine's settings, ``threads`` and ``cpu_limit``: it applies them itself.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 import psutil
 
-from app.idle import idle_seconds  # noqa: F401 - the window asks power for both facts
+from app.idle import idle_seconds
 
 Action = Literal["pause", "resume"] | None
 
@@ -21,18 +26,36 @@ class Rules:
     only_when_idle: bool = False
     idle_minutes: int = 5
     pause_on_battery: bool = True
+    schedule: tuple[dt.time, dt.time] | None = None  # run only from the first time to the second, daily
 
 
 @dataclass(frozen=True)
 class Facts:
     idle_s: float | None  # None: unknown on this system
     on_battery: bool | None  # None: no battery
+    now: dt.time | None = None  # the local time of day; None: no schedule to check
+
+
+def in_schedule(start: dt.time, end: dt.time, now: dt.time) -> bool:
+    """Whether ``now`` is in the daily window from ``start`` (included) to ``end`` (excluded); a window that
+    ends before it starts runs over midnight (22:00-07:00); start == end is the whole day."""
+    if start == end:
+        return True
+    if start < end:
+        return start <= now < end
+    return now >= start or now < end
+
+
+def hhmm(t: dt.time) -> str:
+    return t.strftime("%H:%M")
 
 
 def hold_reason(rules: Rules, facts: Facts) -> str | None:
     """Why the rules want the engine paused now, in words; None when it may run."""
     if rules.pause_on_battery and facts.on_battery:
         return "paused while on battery"
+    if rules.schedule is not None and facts.now is not None and not in_schedule(*rules.schedule, facts.now):
+        return f"paused outside the schedule (runs {hhmm(rules.schedule[0])}-{hhmm(rules.schedule[1])})"
     if rules.only_when_idle and facts.idle_s is not None and facts.idle_s < rules.idle_minutes * 60:
         return "paused while the computer is in use"
     return None
@@ -45,6 +68,7 @@ class PowerPolicy:
 
     auto_paused: bool = False
     overridden: bool = False
+    user_hold: bool = False  # the user paused: the rules leave the engine alone until the user resumes
 
     def decide(self, reason: str | None, state: str) -> Action:
         if reason is None:
@@ -56,6 +80,8 @@ class PowerPolicy:
             # its next pause point, up to a round later; forgetting it left training paused for good).
             # Not while finishing: the user's finish pauses at the round's end anyway, and a resume would cancel it.
             return "resume" if state in ("paused", "running") else None
+        if self.user_hold:  # the user's pause, in force or still on its way: a rule's pause and resume would undo it
+            return None
         if state in ("running", "finishing") and not self.auto_paused and not self.overridden:
             self.auto_paused = True
             return "pause"
@@ -63,10 +89,33 @@ class PowerPolicy:
 
     def user_paused(self) -> None:
         self.auto_paused = False
+        self.user_hold = True
 
     def user_resumed(self, reason: str | None) -> None:
         self.auto_paused = False
+        self.user_hold = False
         self.overridden = reason is not None
+
+    def stopped(self) -> None:
+        """The engine stopped: a new run starts with no pause of anyone's."""
+        self.auto_paused = self.overridden = self.user_hold = False
+
+
+def local_time() -> dt.time:
+    return dt.datetime.now().time()
+
+
+@dataclass
+class Sources:
+    """Where the facts come from: the system's, or a test's fakes."""
+
+    idle: Callable[[], float | None] = idle_seconds
+    battery: Callable[[], bool | None] = field(default_factory=lambda: on_battery)
+    clock: Callable[[], dt.time] = local_time
+
+    def facts(self, rules: Rules) -> Facts:
+        return Facts(idle_s=self.idle() if rules.only_when_idle else None, on_battery=self.battery(),
+                     now=self.clock() if rules.schedule is not None else None)
 
 
 def on_battery() -> bool | None:

@@ -1,60 +1,157 @@
-"""Preferences: the wizard's choices, editable later (model by name, swarm, power and rules)."""
+"""Preferences: the wizard's choices, editable later, in four tabs: Model, Resources, Schedule, Swarm.
+
+Models are listed by their display names, marked as the setup's model page marks them ("too slow here",
+"too big", "recommended"); choosing one that does not fit says why, at once. Comparing models by their
+round times here is the setup wizard's job: a button opens it (the dialog closes with ``OPEN_SETUP``).
+"""
 
 from __future__ import annotations
 
 import copy
 
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QTabWidget, QVBoxLayout,
-                               QWidget)
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
+                               QLabel, QPushButton, QTabWidget, QVBoxLayout, QWidget)
 
-from app.forms import PowerForm, SwarmForm
+from app import palette
 from app.engine_tasks import ModelsQuery
+from app.forms import SwarmForm
+from app.resource_forms import ResourcesForm, RulesForm
 from app.settings import AppSettings
+from app.wizard import duration, fit_text
+from wire.models import ModelInfo, ModelsReport
 
+OPEN_SETUP = 2  # exec()'s result when the user asked for the setup wizard instead
+
+
+def model_label(m: ModelInfo, recommended: str) -> str:
+    """A catalog model as the list shows it: its display name, size, and a mark when it is not a good choice."""
+    marks = []
+    if m.name == recommended:
+        marks.append("recommended")
+    if m.fit == "no":
+        marks.append(fit_text(m))
+    elif m.fit == "tight":
+        marks.append("tight fit")
+    size = f"{m.file_size_bytes / 1024**2:.0f} MB"
+    return f"{m.display_name} — {size}" + (f"  ({', '.join(marks)})" if marks else "")
+
+
+def model_warning(m: ModelInfo | None) -> str:
+    """What to say under the list about the chosen model; empty when nothing is wrong."""
+    if m is None or m.fit != "no":
+        return ""
+    time = f" A round would take {duration(m.round_s, measuring=False)} here." if m.round_s else ""
+    if fit_text(m) == "too slow here":
+        return (f"The setup found {m.display_name} too slow for this computer ({m.why}).{time} You can still "
+                "choose it, but training will make little progress.")
+    return f"{m.display_name} does not fit this computer ({m.why}): the engine will refuse to start with it."
+
+
+class ModelTab(QWidget):
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.infos: dict[str, ModelInfo] = {}
+        layout = QVBoxLayout(self)
+        box = QGroupBox("The model this computer trains")
+        form = QFormLayout(box)
+        self.combo = QComboBox()
+        self.combo.setAccessibleName("model")
+        current = settings.model or "smollm2-135m"
+        self.combo.addItem(current, current)  # its display name comes with the catalog, a moment later
+        other = QPushButton("Other model file…")
+        other.setToolTip("A llama, qwen2 or qwen3 model as a .gguf file on this computer")
+        other.clicked.connect(self._pick_file)
+        row = QHBoxLayout()
+        row.addWidget(self.combo, 1)
+        row.addWidget(other)
+        form.addRow("Model:", row)
+        self.warning = QLabel("")
+        self.warning.setWordWrap(True)
+        self.warning.setStyleSheet(f"color: {palette.ERROR_TEXT}")
+        form.addRow(self.warning)
+        # (engine/run/node.py refuses a checkpoint of another model in the same data dir)
+        note = QLabel("A model not on this computer yet is downloaded at the next start. The training so far "
+                      "belongs to the current model: the engine does not yet start another model in the same "
+                      "data folder.")
+        note.setWordWrap(True)
+        note.setStyleSheet(f"color: {palette.MUTED_TEXT}")
+        form.addRow(note)
+        layout.addWidget(box)
+        compare = QGroupBox("Which model suits this computer?")
+        v = QVBoxLayout(compare)
+        v.addWidget(QLabel("The setup assistant measures this computer and shows each model's round time here."))
+        self.setup_button = QPushButton("Open the setup assistant…")
+        self.setup_button.setAccessibleName("open the setup assistant")
+        h = QHBoxLayout()
+        h.addWidget(self.setup_button)
+        h.addStretch(1)
+        v.addLayout(h)
+        layout.addWidget(compare)
+        layout.addStretch(1)
+        self.combo.currentIndexChanged.connect(self._update)
+
+    @property
+    def selected(self) -> str | None:
+        return self.combo.currentData() or None
+
+    def show_report(self, report: ModelsReport) -> None:
+        current = self.selected
+        self.infos = {m.name: m for m in report.models}
+        self.combo.blockSignals(True)
+        self.combo.clear()
+        for m in report.models:
+            self.combo.addItem(model_label(m, report.recommended), m.name)
+            self.combo.setItemData(self.combo.count() - 1, m.why or m.name, Qt.ItemDataRole.ToolTipRole)
+        if current and current not in self.infos:  # a path to a .gguf file, or a name this engine does not list
+            self.combo.addItem(current, current)
+        self.combo.setCurrentIndex(max(0, self.combo.findData(current)))
+        self.combo.blockSignals(False)
+        self._update()
+
+    def _pick_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "A model file", "", "GGUF models (*.gguf)")
+        if path:
+            if self.combo.findData(path) < 0:
+                self.combo.addItem(path, path)
+            self.combo.setCurrentIndex(self.combo.findData(path))
+
+    def _update(self) -> None:
+        text = model_warning(self.infos.get(self.selected or ""))
+        self.warning.setText(text)
+        self.warning.setVisible(bool(text))
 
 
 class PreferencesDialog(QDialog):
     def __init__(self, settings: AppSettings, cores: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Preferences")
+        self.resize(640, 520)
         self.settings = copy.deepcopy(settings)
-        tabs = QTabWidget()
-        self.power = PowerForm(cores)
-        self.power.load(self.settings)
+        self.model_tab = ModelTab(self.settings)
+        self.model = self.model_tab.combo
+        self.model_tab.setup_button.clicked.connect(lambda: self.done(OPEN_SETUP))
+        self.resources = ResourcesForm(cores)
+        self.resources.load(self.settings)
+        self.rules = RulesForm()
+        self.rules.load(self.settings)
         self.swarm = SwarmForm()
         self.swarm.load(self.settings)
-        model_tab = QWidget()
-        form = QFormLayout(model_tab)
-        self.model = QComboBox()
-        self.model.setEditable(True)  # a path to a .gguf file is fine too
-        self.model.setCurrentText(self.settings.model or "smollm2-135m")
-        self.models = ModelsQuery(self)  # the catalog's names, from the engine
-        self.models.done.connect(self._on_models)
+        self.tabs = QTabWidget()
+        for widget, title in ((self.model_tab, "Model"), (self.resources, "Resources"), (self.rules, "Schedule"),
+                              (self.swarm, "Swarm")):
+            self.tabs.addTab(widget, title)
+        self.models = ModelsQuery(self)  # the catalog, with this computer's fit, from the engine
+        self.models.done.connect(self.model_tab.show_report)
         self.models.start()
-        self.model.setAccessibleName("model")
-        form.addRow("Model:", self.model)
-        note = QLabel("A model not on this computer yet is downloaded at the next start. "
-                      "Run the setup again (sapo --setup) to compare models on this computer.")
-        note.setWordWrap(True)
-        form.addRow(note)
-        tabs.addTab(self.power, "Computer use")
-        tabs.addTab(self.swarm, "Swarm")
-        tabs.addTab(model_tab, "Model")
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         self.swarm.changed.connect(self._check)
         layout = QVBoxLayout(self)
-        layout.addWidget(tabs)
+        layout.addWidget(self.tabs)
         layout.addWidget(self.buttons)
         self._check()
-
-    def _on_models(self, report) -> None:  # type: ignore[no-untyped-def]
-        current = self.model.currentText()
-        self.model.clear()
-        for m in report.models:
-            self.model.addItem(m.name + ("" if m.fit != "no" else "  (does not fit this computer)"), m.name)
-        self.model.setCurrentText(current)
 
     def done(self, result: int) -> None:  # noqa: D102
         if self.models.process.running:
@@ -67,9 +164,12 @@ class PreferencesDialog(QDialog):
 
     def result_settings(self) -> AppSettings:
         s = copy.deepcopy(self.settings)
-        self.power.store(s)
+        self.resources.store(s)
+        self.rules.store(s)
         self.swarm.store(s)
-        s.node["model"] = self.model.currentText().split("  (")[0].strip() or None
-        if s.node["model"] is None:
-            s.node.pop("model")
+        model = self.model_tab.selected
+        if model:
+            s.node["model"] = model
+        else:
+            s.node.pop("model", None)
         return s

@@ -4,13 +4,16 @@ Two files in the platform's config dir (``SAPO_CONFIG_DIR`` overrides it):
 - ``node.toml``: the engine's settings (``NodeConfig`` field names, written by the engine's
   ``to_toml``: only what differs from its defaults), passed to
   ``sapo-engine run --config``, so a volunteer can also run the same node from a terminal;
-- ``app.toml``: what only the app uses (power preset, idle and battery rules, swarm kind).
+- ``app.toml``: what only the app uses (idle, battery and schedule rules, swarm kind).
+How many cores (``threads``) and how much of their CPU time (``cpu_limit``) are the engine's settings, in
+``node.toml``, so a terminal run obeys them too.
 Files are written whole to a temporary name and renamed, so a crash never leaves half a file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -23,11 +26,8 @@ import tomli_w
 from engine.config import NodeConfig, build_config, to_toml
 from engine.errors import SapoError
 
-Power = Literal["light", "medium", "full"]
 SwarmKind = Literal["public", "private", "local", "offline"]
-POWER_SHARE = {"light": 0.25, "medium": 0.5, "full": 1.0}  # of the physical cores
-POWER_WORDS = {"light": "Light — a quarter of the processor", "medium": "Medium — half of the processor",
-               "full": "Full — the whole processor"}
+CPU_LIMITS = (25, 50, 75, 100)  # the tray's choices of "use at most N % of CPU time"; Preferences takes any
 # No relay is assumed for "Join a swarm": the project runs no public relay yet, and a loopback default
 # would have a volunteer "join" a swarm that is only ever on their own computer. The form asks instead.
 RELAY_PLACEHOLDER = "wss://relay.example.org — the address from whoever runs the swarm"
@@ -48,17 +48,27 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def preset_threads(power: str, physical_cores: int) -> int:
-    return max(1, round(physical_cores * POWER_SHARE.get(power, 0.5)))
+def default_threads(physical_cores: int) -> int:
+    """Half of the cores: the computer stays usable while it trains."""
+    return max(1, physical_cores // 2)
+
+
+def parse_hhmm(text: str, fallback: str) -> dt.time:
+    try:
+        return dt.datetime.strptime(text, "%H:%M").time()
+    except (TypeError, ValueError):
+        return dt.datetime.strptime(fallback, "%H:%M").time()
 
 
 @dataclass
 class AppSettings:
     setup_done: bool = False
-    power: Power = "medium"
     only_when_idle: bool = False
     idle_minutes: int = 5
     pause_on_battery: bool = True
+    schedule_on: bool = False  # run only between schedule_start and schedule_end (local time, daily)
+    schedule_start: str = "22:00"
+    schedule_end: str = "07:00"
     swarm_kind: SwarmKind = "offline"
     local_relay_port: int = 8765  # "a local swarm on this computer" listens here, on 127.0.0.1 only
     data_dir: str | None = None  # None: the engine's default
@@ -68,6 +78,19 @@ class AppSettings:
     @property
     def model(self) -> str | None:
         return self.node.get("model")
+
+    def threads(self, physical_cores: int) -> int:
+        """The cores the engine uses: the chosen number, else half of them."""
+        return int(self.node.get("threads") or default_threads(physical_cores))
+
+    @property
+    def cpu_limit(self) -> int:
+        return int(self.node.get("cpu_limit", 100))
+
+    def schedule(self) -> tuple[dt.time, dt.time] | None:
+        if not self.schedule_on:
+            return None
+        return parse_hhmm(self.schedule_start, "22:00"), parse_hhmm(self.schedule_end, "07:00")
 
     def node_config(self) -> NodeConfig:
         """The engine's settings, validated exactly as the engine will (a SapoError when wrong)."""
@@ -123,7 +146,4 @@ def load(directory: Path | None = None) -> AppSettings:
         else:
             values |= data
     known = {f.name for f in dataclasses.fields(AppSettings)}
-    settings = AppSettings(**{k: v for k, v in values.items() if k in known})
-    if settings.power not in POWER_SHARE:
-        settings.power = "medium"
-    return settings
+    return AppSettings(**{k: v for k, v in values.items() if k in known})  # (an old file's `power` preset: gone)

@@ -1,4 +1,4 @@
-"""The system tray icon: status at a glance, pause / resume, show the window, quit."""
+"""The system tray icon: status at a glance, pause / resume, the computer-use controls, show the window, quit."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
+from app.controls_menu import ControlsMenu
 from app.icon import app_icon
 
 
@@ -14,7 +15,7 @@ class Tray(QObject):
     show_window = Signal()
     quit = Signal()
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, cores: int = 1, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.available = QSystemTrayIcon.isSystemTrayAvailable()
         self.icon = QSystemTrayIcon(app_icon(), self)
@@ -27,7 +28,10 @@ class Tray(QObject):
         show.triggered.connect(self.show_window)
         leave = QAction("Quit", self.menu)
         leave.triggered.connect(self.quit)
-        for item in (self.status, None, self.pause, show, None, leave):
+        for item in (self.status, None, self.pause, None):
+            self.menu.addSeparator() if item is None else self.menu.addAction(item)
+        self.controls = ControlsMenu(self.menu, cores, self)  # the same as the Run menu's
+        for item in (None, show, leave):
             self.menu.addSeparator() if item is None else self.menu.addAction(item)
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._on_activated)

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMessageBox, QWidget
 
 from app import power
+from app.controls_menu import ControlsMenu
 from app.dashboard import Dashboard
 from app.engine_process import EngineProcess, run_args
 from app.guiprocess import GuiProcess
@@ -23,7 +24,7 @@ from app.icon import app_icon
 from app.local_relay import LocalRelay
 from app.outcome import Outcome
 from app.run_model import RunModel
-from app.settings import POWER_WORDS, AppSettings, default_data_dir, node_path, preset_threads
+from app.settings import AppSettings, default_data_dir, node_path
 from app.tray import Tray
 from wire import events as ev
 
@@ -36,8 +37,10 @@ POWER_CHECK_MS = 30_000
 
 class MainWindow(QMainWindow):
     def __init__(self, settings: AppSettings | None = None, config_dir: Path | None = None,
-                 extra_engine_args: list[str] | None = None, cores: int = 1, parent: QWidget | None = None) -> None:
+                 extra_engine_args: list[str] | None = None, cores: int = 1, parent: QWidget | None = None,
+                 sources: power.Sources | None = None) -> None:
         super().__init__(parent)
+        self.sources = sources or power.Sources()  # idle time, battery, clock: a test's fakes or the system's
         self.settings = settings or AppSettings()
         self.config_dir = config_dir
         self.extra_engine_args = list(extra_engine_args or [])
@@ -58,6 +61,7 @@ class MainWindow(QMainWindow):
         self.relay: LocalRelay | None = None
         self.policy = power.PowerPolicy()
         self._hold: str | None = None
+        self._last_state = "stopped"
 
         self._redraw = QTimer(self)
         self._redraw.setSingleShot(True)
@@ -78,11 +82,16 @@ class MainWindow(QMainWindow):
         d.finish_clicked.connect(self.engine.finish)
         d.stop_clicked.connect(self.stop)
         d.restart_clicked.connect(self.start)
-        self.tray = Tray(self)
+        self.tray = Tray(cores, self)
         self.tray.toggle_pause.connect(self.toggle_pause)
         self.tray.show_window.connect(self._show)
         self.tray.quit.connect(self.close)
         self._menus()
+        for controls in (self.controls, self.tray.controls):
+            controls.threads_chosen.connect(self.set_threads)
+            controls.cpu_chosen.connect(self.set_cpu_limit)
+            controls.rule_toggled.connect(self.set_rule)
+        self._sync_controls()
         self._on_state("stopped")
 
     # --- menus ---
@@ -94,16 +103,7 @@ class MainWindow(QMainWindow):
         self.act_finish = self._action(run, "&Finish this round, then pause", "Ctrl+F", self.engine.finish)
         self.act_stop = self._action(run, "S&top", "Ctrl+T", self.stop)
         run.addSeparator()
-        power_menu = run.addMenu("Processor &use")
-        group = QActionGroup(self)
-        self.power_actions: dict[str, QAction] = {}
-        for key, words in POWER_WORDS.items():
-            act = QAction(words, self, checkable=True)
-            act.setChecked(key == self.settings.power)
-            act.triggered.connect(lambda _=False, k=key: self.set_power(k))
-            group.addAction(act)
-            power_menu.addAction(act)
-            self.power_actions[key] = act
+        self.controls = ControlsMenu(run, self.cores, self)  # cores, CPU time, rules: the tray has the same
         run.addSeparator()
         self._action(run, "&Quit", QKeySequence.StandardKey.Quit, self.close)
         model = bar.addMenu("&Model")
@@ -183,6 +183,8 @@ class MainWindow(QMainWindow):
             self.refresh()  # now, not at the next redraw: the click is answered at once
 
     def resume(self) -> None:
+        rules = self.rules()
+        self._hold = power.hold_reason(rules, self.sources.facts(rules))  # now, not at the last check
         self.policy.user_resumed(self._hold)
         self.engine.resume()
         if self.model.pausing:  # asked before the engine got there: it just goes on (no state event comes)
@@ -207,23 +209,48 @@ class MainWindow(QMainWindow):
             return
         self.engine.stop()
 
-    def set_power(self, key: str) -> None:
-        self.settings.power = key  # type: ignore[assignment]
-        threads = preset_threads(key, self.cores)
-        self.settings.node["threads"] = threads
+    # --- computer use: the Run menu, the tray and Preferences all end here ---
+    def _save(self) -> None:
         if self.config_dir is not None or self.settings.setup_done:
             from app.settings import save
 
             save(self.settings, self.config_dir)
+
+    def _sync_controls(self) -> None:
+        self.controls.sync(self.settings)
+        self.tray.controls.sync(self.settings)
+
+    def set_threads(self, threads: int) -> None:
+        self.settings.node["threads"] = threads
+        self._save()
         if self.engine.running:
-            self.engine.set_threads(threads)
-        self.power_actions[key].setChecked(True)
+            self.engine.set_threads(threads)  # from the next round
+        self._sync_controls()
+
+    def set_cpu_limit(self, percent: int) -> None:
+        if percent >= 100:
+            self.settings.node.pop("cpu_limit", None)
+        else:
+            self.settings.node["cpu_limit"] = percent
+        self._save()
+        if self.engine.running:
+            self.engine.set_cpu_limit(percent)  # from the next step
+        self._sync_controls()
+
+    def set_rule(self, key: str, on: bool) -> None:
+        setattr(self.settings, key, on)
+        self._save()
+        self._sync_controls()
+        self.check_power()  # a rule switched on or off acts now, not at the next check
+
+    def rules(self) -> power.Rules:
+        s = self.settings
+        return power.Rules(s.only_when_idle, s.idle_minutes, s.pause_on_battery, s.schedule())
 
     def check_power(self) -> None:
-        """The idle and battery rules, acting through the same pause / resume commands."""
-        rules = power.Rules(self.settings.only_when_idle, self.settings.idle_minutes, self.settings.pause_on_battery)
-        idle = power.idle_seconds() if rules.only_when_idle else None
-        self.apply_power(rules, power.Facts(idle, power.on_battery()))
+        """The idle, schedule and battery rules, acting through the same pause / resume commands."""
+        rules = self.rules()
+        self.apply_power(rules, self.sources.facts(rules))
 
     def apply_power(self, rules: power.Rules, facts: power.Facts) -> None:
         self._hold = power.hold_reason(rules, facts)
@@ -243,6 +270,9 @@ class MainWindow(QMainWindow):
         self.schedule_refresh()
 
     def _on_state(self, state: str) -> None:
+        if state == "running" and self._last_state == "starting":
+            QTimer.singleShot(0, self.check_power)  # the rules hold from the start, not from the first check
+        self._last_state = state
         if state in ("stopped", "crashed", "starting"):
             self.model.state = state
         if state not in ("running", "finishing"):
@@ -258,6 +288,7 @@ class MainWindow(QMainWindow):
 
     def _on_finished(self, outcome: Outcome) -> None:
         self._power_timer.stop()
+        self.policy.stopped()
         if not outcome.ok and not (outcome.stopped_by_user and outcome.message is None):
             self.dashboard.show_problem(outcome.sentence(), outcome.stderr_tail)
         self.refresh()
@@ -298,23 +329,40 @@ class MainWindow(QMainWindow):
         return proc
 
     def preferences(self) -> None:
-        from app.preferences import PreferencesDialog
+        from app.preferences import OPEN_SETUP, PreferencesDialog
 
         dialog = PreferencesDialog(self.settings, self.cores, self)
-        if dialog.exec():
-            from app.settings import save
+        result = dialog.exec()
+        if result == OPEN_SETUP:
+            self.run_setup()
+        elif result:
+            self.apply_settings(dialog.result_settings())
 
-            old_threads = self.settings.node.get("threads")
-            self.settings = dialog.result_settings()
-            save(self.settings, self.config_dir)
-            for key, act in self.power_actions.items():
-                act.setChecked(key == self.settings.power)
-            threads = self.settings.node.get("threads")
-            if self.engine.running and threads and threads != old_threads:
-                self.engine.set_threads(int(threads))
-            if self.engine.running:
-                self.model.message = "Preferences saved; swarm and model changes apply at the next start."
-                self.schedule_refresh()
+    def run_setup(self) -> None:
+        """The setup assistant again (Preferences' button): it measures this computer and compares models."""
+        from app.wizard import SetupWizard
+
+        wizard = SetupWizard(self.settings, self.cores, parent=self)
+        if wizard.exec():
+            self.apply_settings(wizard.result_settings())
+
+    def apply_settings(self, settings: AppSettings) -> None:
+        """New settings from Preferences or the wizard: saved; cores, CPU time and rules act now."""
+        from app.settings import save
+
+        old_threads, old_limit = self.settings.node.get("threads"), self.settings.cpu_limit
+        self.settings = settings
+        save(self.settings, self.config_dir)
+        self._sync_controls()
+        threads = self.settings.node.get("threads")
+        if self.engine.running and threads and threads != old_threads:
+            self.engine.set_threads(int(threads))
+        if self.engine.running and self.settings.cpu_limit != old_limit:
+            self.engine.set_cpu_limit(self.settings.cpu_limit)
+        self.check_power()
+        if self.engine.running:
+            self.model.message = "Preferences saved; swarm and model changes apply at the next start."
+            self.schedule_refresh()
 
     # --- leaving ---
     def _show(self) -> None:

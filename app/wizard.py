@@ -14,7 +14,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QProgress
 
 from app import palette
 from app.engine_tasks import IdentityQuery, ModelDownload, ModelsQuery
-from app.forms import PowerForm, SwarmForm
+from app.forms import SwarmForm
+from app.resource_forms import ResourcesForm, RulesForm
 from app.icon import app_icon
 from app.settings import AppSettings
 from wire.models import ModelInfo, ModelsReport
@@ -308,9 +309,21 @@ class PowerPage(QWizardPage):
     def __init__(self, cores: int) -> None:
         super().__init__()
         self.setTitle("How much of the computer to use")
-        self.setSubTitle("You can change this at any time, also while training.")
-        self.form = PowerForm(cores)
-        QVBoxLayout(self).addWidget(self.form)
+        self.setSubTitle("You can change this at any time, also while training (Preferences, or the tray icon).")
+        self.resources = ResourcesForm(cores, stretch=False)
+        self.rules = RulesForm(stretch=False)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.resources)
+        layout.addWidget(self.rules)
+        layout.addStretch(1)
+
+    def load(self, s: AppSettings) -> None:
+        self.resources.load(s)
+        self.rules.load(s)
+
+    def store(self, s: AppSettings) -> None:
+        self.resources.store(s)
+        self.rules.store(s)
 
 
 class SetupWizard(QWizard):
@@ -334,7 +347,7 @@ class SetupWizard(QWizard):
                      self.power_page):
             self.addPage(page)
         self.swarm_page.form.load(self.settings)
-        self.power_page.form.load(self.settings)
+        self.power_page.load(self.settings)
         if invite:  # `sapo LINK` (a clicked sapo-swarm:// link): the link in the paste box, and once set up,
             self.swarm_page.form.invite.setText(invite)  # open at the join step
             if settings.setup_done:
@@ -398,7 +411,7 @@ class SetupWizard(QWizard):
         if model:
             s.node["model"] = model
         self.swarm_page.form.store(s)
-        self.power_page.form.store(s)
+        self.power_page.store(s)
         s.setup_done = True
         return s
 

@@ -88,6 +88,8 @@ class NodeConfig:
     top_p: float = setting(1.0, "nucleus sampling (1 = off: on-policy)")
     stop_at_answer: bool = setting(True, "end an answer at its first </answer>: the reward is already decided")
     threads: int | None = setting(None, "CPU threads for llama.cpp and torch (auto: physical cores)", auto=True)
+    cpu_limit: int = setting(100, "use at most this % of the CPU time of its threads: the node sleeps between "
+                                  "steps (BOINC's CPU throttle; 100 = no limit)")
     seed: int = setting(0, "seed of this node's question and sampling streams")
     # --- training (GRPO + LoRA) ---
     # 1e-4, not 3e-4: side by side over 40 rounds on the easy preset (docs/BENCHMARKS.md, "Stable updates"),
@@ -329,6 +331,7 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.top_k >= 0, f"top_k must be >= 0, got {cfg.top_k}")
     need(0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}")
     need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
+    need(1 <= cfg.cpu_limit <= 100, f"cpu_limit must be 1..100 (percent), got {cfg.cpu_limit}")
     need(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}")
     need(cfg.fewshot is None or 0 <= cfg.fewshot <= 8, f"fewshot must be 0..8, got {cfg.fewshot}")
     # Cross-field, with the swarm: peers reject groups whose claimed bonus is above the protocol's maximum,

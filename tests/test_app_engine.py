@@ -52,10 +52,17 @@ def test_dashboard_and_controls_on_a_real_engine(qtbot, tmp_path, monkeypatch, m
         assert own >= 2 * rounds()  # at least each own question of the round (2; more when dead slots refill)
         assert d.feed.rowCount() == own and d.feed.item(0, 0).text() == "this computer"  # answers' feed
 
-        # the power preset while running: the engine takes the new thread count from the next round
+        # cores and CPU time while running: the engine takes the new thread count from the next round, the
+        # CPU-time limit from its next step
         with qtbot.wait_signal(window.engine.event, timeout=ROUND_MS,
                                check_params_cb=lambda e: isinstance(e, ev.Status) and "threads will be 1" in e.message):
-            window.set_power("light")
+            window.set_threads(1)
+        with qtbot.wait_signal(window.engine.event, timeout=ROUND_MS, check_params_cb=lambda e: isinstance(
+                e, ev.Status) and e.message == "using at most 50 % of CPU time from the next step"):
+            window.set_cpu_limit(50)
+        with qtbot.wait_signal(window.engine.event, timeout=ROUND_MS, check_params_cb=lambda e: isinstance(
+                e, ev.Status) and e.message == "no CPU-time limit from the next step"):
+            window.set_cpu_limit(100)
 
         # pause: the loop really pauses (the state comes from the engine), no new round starts
         with qtbot.wait_signal(window.engine.state_changed, timeout=ROUND_MS,

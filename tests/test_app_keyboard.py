@@ -212,24 +212,29 @@ def test_the_wizard_by_keyboard(qtbot, tmp_path, monkeypatch, model_cache):
     named_chain(wizard.name_page)
     next_page(wizard.power_page)
 
-    power = wizard.power_page.form
+    resources, rules = wizard.power_page.resources, wizard.power_page.rules
     chain = named_chain(wizard.power_page)
-    assert power.idle in chain and power.battery in chain
-    assert power.idle_minutes not in chain  # disabled until "only when idle" is ticked
-    assert [w for w in chain if w in power.buttons.values()] == [power.buttons["medium"]]
-    power.buttons["medium"].setFocus(Qt.FocusReason.TabFocusReason)
-    key(wizard, Qt.Key.Key_Up)
-    assert power.power == "light"
-    power.idle.setFocus(Qt.FocusReason.TabFocusReason)
+    assert resources.threads in chain and resources.cpu in chain
+    assert rules.idle in chain and rules.battery in chain and rules.schedule in chain
+    assert rules.idle_minutes not in chain and rules.start not in chain  # disabled until their box is ticked
+    assert resources.threads.value() == 1  # half of 2 cores
+    resources.threads.setFocus(Qt.FocusReason.TabFocusReason)
+    key(wizard, Qt.Key.Key_Right)  # the cores slider: one more core
+    assert resources.threads.value() == 2 and resources.threads_label.text() == "2 of 2 cores"
+    resources.cpu.setFocus(Qt.FocusReason.TabFocusReason)
+    for _ in range(10):
+        key(wizard, Qt.Key.Key_Left)  # 5 % a press
+    assert resources.percent == 50 and resources.cpu_label.text() == "at most 50 % of their time"
+    rules.idle.setFocus(Qt.FocusReason.TabFocusReason)
     key(wizard, Qt.Key.Key_Space)
-    assert power.idle.isChecked() and power.idle_minutes in tab_chain(power.idle)
+    assert rules.idle.isChecked() and rules.idle_minutes in tab_chain(rules.idle)
     finish = wizard.button(QWizard.WizardButton.FinishButton)
     assert isinstance(finish, QAbstractButton) and finish.isVisible()
     with qtbot.wait_signal(wizard.accepted, timeout=10_000):
         alt(Qt.Key.Key_F)  # Alt+F: Finish
     s = wizard.result_settings()
-    assert s.swarm_kind == "local" and s.node["swarm"] == "kitchen" and s.only_when_idle and s.power == "light"
-    assert s.node["model"] == "smollm2-135m"
+    assert s.swarm_kind == "local" and s.node["swarm"] == "kitchen" and s.only_when_idle
+    assert s.node["model"] == "smollm2-135m" and s.node["threads"] == 2 and s.node["cpu_limit"] == 50
 
 
 
@@ -241,8 +246,10 @@ def test_preferences_by_the_menu_keys(qtbot, window):
         seen["dialog"] = type(dialog).__name__
         if dialog is None:
             return
-        for i in range(3):  # each tab of the dialog: every control named, Tab goes round
-            dialog.findChild(QTabWidget).setCurrentIndex(i)
+        tabs = dialog.findChild(QTabWidget)
+        seen["tabs"] = [tabs.tabText(i) for i in range(tabs.count())]
+        for i in range(tabs.count()):  # each tab of the dialog: every control named, Tab goes round
+            tabs.setCurrentIndex(i)
             chain = tab_chain(dialog.buttons.button(dialog.buttons.StandardButton.Cancel))
             seen.setdefault("unnamed", []).extend(type(w).__name__ for w in chain if not accessible_name(w))
         seen["chain"] = len(chain)
@@ -254,3 +261,4 @@ def test_preferences_by_the_menu_keys(qtbot, window):
     QTest.keyClick(QApplication.activePopupWidget(), Qt.Key.Key_P)  # P: Preferences… (runs until inside() closes it)
     qtbot.wait_until(lambda: "chain" in seen, timeout=10_000)
     assert seen["dialog"] == "PreferencesDialog" and seen["chain"] > 3 and not seen["unnamed"], seen
+    assert seen["tabs"] == ["Model", "Resources", "Schedule", "Swarm"]

@@ -1,8 +1,10 @@
-"""Idle and battery rules as pure policy; the window acts on them through pause / resume."""
+"""Idle, schedule and battery rules as pure policy; the window acts on them through pause / resume."""
 
 from __future__ import annotations
 
-from app.power import Facts, PowerPolicy, Rules, hold_reason, on_battery, idle_seconds
+import datetime as dt
+
+from app.power import Facts, PowerPolicy, Rules, hold_reason, idle_seconds, in_schedule, on_battery
 
 
 def test_hold_reason():
@@ -16,6 +18,29 @@ def test_hold_reason():
     assert hold_reason(Rules(pause_on_battery=False), Facts(idle_s=0, on_battery=True)) is None
 
 
+def t(text: str) -> dt.time:
+    return dt.time.fromisoformat(text)
+
+
+def test_the_schedule_is_a_daily_window_also_over_midnight():
+    day = (t("09:00"), t("17:30"))
+    assert in_schedule(*day, t("09:00")) and in_schedule(*day, t("17:29")) and in_schedule(*day, t("12:00"))
+    assert not in_schedule(*day, t("17:30")) and not in_schedule(*day, t("08:59")) and not in_schedule(*day, t("23:00"))
+    night = (t("22:00"), t("07:00"))
+    assert in_schedule(*night, t("23:59")) and in_schedule(*night, t("00:00")) and in_schedule(*night, t("06:59"))
+    assert in_schedule(*night, t("22:00"))
+    assert not in_schedule(*night, t("07:00")) and not in_schedule(*night, t("12:00")) and not in_schedule(
+        *night, t("21:59"))
+    assert all(in_schedule(t("08:00"), t("08:00"), t(f"{h:02d}:00")) for h in range(24))  # start == end: all day
+    rules = Rules(pause_on_battery=False, schedule=night)
+    assert hold_reason(rules, Facts(None, None, now=t("12:00"))) == "paused outside the schedule (runs 22:00-07:00)"
+    assert hold_reason(rules, Facts(None, None, now=t("03:00"))) is None
+    assert hold_reason(rules, Facts(None, None, now=None)) is None  # no clock: never pauses
+    # battery is said first: it is the rule the user can most easily change (plug in)
+    both = Rules(pause_on_battery=True, schedule=night)
+    assert hold_reason(both, Facts(None, True, now=t("12:00"))) == "paused while on battery"
+
+
 def test_policy_undoes_only_its_own_pauses():
     p = PowerPolicy()
     assert p.decide("on battery", "running") == "pause"
@@ -25,8 +50,9 @@ def test_policy_undoes_only_its_own_pauses():
     # a user's own pause is never undone
     p.user_paused()
     assert p.decide(None, "paused") is None
+    # nor taken over by a rule while it is on its way (the engine still runs to its pause point)
+    assert p.decide("on battery", "running") is None
     # a user's resume wins while the rule holds, until the rule lets go and comes back
-    assert p.decide("on battery", "running") == "pause"
     p.user_resumed("on battery")
     assert p.decide("on battery", "running") is None
     assert p.decide(None, "running") is None

@@ -23,9 +23,10 @@ def dirs(tmp_path, monkeypatch, model_cache):
 
 def test_settings_persist_across_restarts(dirs):
     assert store.load() == AppSettings()  # nothing saved yet: defaults, setup not done
-    s = AppSettings(setup_done=True, power="full", only_when_idle=True, idle_minutes=9, swarm_kind="private",
+    s = AppSettings(setup_done=True, only_when_idle=True, idle_minutes=9, swarm_kind="private", schedule_on=True,
+                    schedule_start="23:15", schedule_end="06:45",
                     node={"model": "smollm2-135m", "relay": "ws://relay.example:8765", "swarm": "lab",
-                          "token": "s3cret", "threads": 2})
+                          "token": "s3cret", "threads": 2, "cpu_limit": 60})
     store.save(s)
     again = store.load()
     assert again == s
@@ -35,6 +36,8 @@ def test_settings_persist_across_restarts(dirs):
     with pytest.raises(SapoError, match="completions"):
         store.save(bad)  # never writes a file the engine would refuse
     assert store.load() == s
+    (dirs / "config" / "app.toml").write_text('power = "light"\nsetup_done = true')  # an old file's preset
+    assert store.load().setup_done  # is ignored: the cores are node.toml's threads
     (dirs / "config" / "app.toml").write_text("power = [")
     with pytest.raises(SapoError, match="cannot be read"):
         store.load()
@@ -74,15 +77,15 @@ def test_wizard_with_the_bundled_model_and_a_local_swarm(qtbot, dirs):
     assert name.count("-") == 2 and name == wizard.name_page.query.report.node_name  # adjective-animal-NN
     assert (dirs / "data" / "node.json").is_file()  # the engine made this node's identity in its data dir
     wizard.next()
-    wizard.power_page.form.buttons["light"].setChecked(True)
-    wizard.power_page.form.battery.setChecked(False)
+    assert wizard.power_page.resources.threads.value() == 1  # half of 2 cores, chosen directly
+    wizard.power_page.rules.battery.setChecked(False)
     assert wizard.currentPage() is wizard.power_page and wizard.button(QWizard.WizardButton.FinishButton).isVisible()
     result = wizard.result_settings()
     wizard.accept()
     assert result.setup_done and result.swarm_kind == "local" and result.local_relay_port == port
     assert result.node == {"model": "smollm2-135m", "swarm": "kitchen", "relay": f"ws://127.0.0.1:{port}",
                            "threads": 1}
-    assert (result.power, result.pause_on_battery) == ("light", False)
+    assert result.pause_on_battery is False
     store.save(result)
     assert store.load() == result
 
@@ -106,8 +109,8 @@ def test_preferences_edit_the_settings(qtbot, dirs):
     s = AppSettings(setup_done=True, node={"model": "smollm2-135m", "offline": True})
     dialog = PreferencesDialog(s, cores=4)
     qtbot.addWidget(dialog)
-    dialog.power.buttons["full"].setChecked(True)
-    dialog.power.idle.setChecked(True)
+    dialog.resources.threads.setValue(4)
+    dialog.rules.idle.setChecked(True)
     dialog.swarm.buttons["private"].setChecked(True)
     dialog.swarm.relay.setText("wss://relay.example.org")
     ok = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
@@ -117,12 +120,13 @@ def test_preferences_edit_the_settings(qtbot, dirs):
     out = dialog.result_settings()
     assert out.node == {"model": "smollm2-135m", "threads": 4, "swarm": "public", "relay": "wss://relay.example.org",
                         "token": "t0ken"}
-    assert out.only_when_idle and out.power == "full" and out.swarm_kind == "private"
+    assert out.only_when_idle and out.swarm_kind == "private"
     assert s.node == {"model": "smollm2-135m", "offline": True}  # the original is untouched until saved
     qtbot.wait_until(lambda: dialog.model.count() > 1, timeout=120_000)  # the catalog, from `models --json`
     names = [dialog.model.itemData(i) for i in range(dialog.model.count())]
     assert names[0] == "smollm2-135m" and "qwen2.5-7b" in names
-    assert dialog.model.currentText() == "smollm2-135m"  # the choice survives the list arriving
+    assert dialog.model.currentData() == "smollm2-135m"  # the choice survives the list arriving
+    assert dialog.model.currentText().startswith("SmolLM2")  # shown by its name, not the engine's id
 
 
 def test_the_swarm_form_says_which_swarm_names_the_relay_refuses(qtbot):

@@ -70,6 +70,8 @@ def test_unsupported_architecture(data, tmp_path):
     (["--rounds", "three"], "whole number"),
     (["--max-tokens", "0"], "max tokens"),
     (["--threads", "0"], "threads"),
+    (["--cpu-limit", "0"], "cpu_limit must be 1..100"),
+    (["--cpu-limit", "150"], "cpu_limit must be 1..100"),
     (["--local", "-1"], "local"),
     (["--local", "0", "--external", "0"], "budget"),
     (["--preset", "impossible"], "preset"),

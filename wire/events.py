@@ -292,7 +292,18 @@ class SetThreads(Command, tag="set_threads", frozen=True):
             raise ValueError("threads must be 1..1024")
 
 
-AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads
+class SetCpuLimit(Command, tag="set_cpu_limit", frozen=True):
+    """Use at most ``percent`` % of the CPU time of the cores it uses (BOINC's "use at most N % of CPU time"):
+    the node sleeps at safe points between steps, from the next step on. 100 = no limit."""
+
+    percent: int = msgspec.field(default=100)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.percent <= 100:
+            raise ValueError("percent must be 1..100")
+
+
+AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads | SetCpuLimit
 
 
 # --- encode / decode -------------------------------------------------------------------

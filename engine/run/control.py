@@ -2,7 +2,7 @@
 
 With ``sapo-engine run --control stdin`` the node reads one command per line on stdin,
 typed in ``wire.events`` (``{"cmd": "pause"}``, ``finish``, ``resume``, ``stop``,
-``{"cmd": "set_threads", "threads": 4}``).
+``{"cmd": "set_threads", "threads": 4}``, ``{"cmd": "set_cpu_limit", "percent": 50}``).
 
 State events say what the loop *is* doing, not what was asked: ``paused`` is emitted by
 the loop thread when it actually blocks at a pause point, ``running`` when it goes on.
@@ -18,14 +18,16 @@ from typing import Callable, TextIO
 
 import msgspec
 
+from engine.run.throttle import Throttle
 from wire import events as ev
 
 
 class Control:
     """Thread-safe switches the round loop consults between steps."""
 
-    def __init__(self, emit: Callable[[ev.Event], object]) -> None:
+    def __init__(self, emit: Callable[[ev.Event], object], throttle: Throttle | None = None) -> None:
         self._emit = emit  # EventLog.emit
+        self.throttle = throttle  # the CPU-time limit: a new limit applies from the next step
         self._cond = threading.Condition()
         self._pause = False  # pause at the next pause point
         self._finish = False  # pause at the end of the round in flight
@@ -77,10 +79,17 @@ class Control:
                 case ev.StopCommand():
                     if not self.stop_requested:  # a second stop (end of input after the command) changes nothing
                         self.stop_requested = True
+                        if self.throttle is not None:
+                            self.throttle.stop()  # the round's rest runs at full speed: the user wants out
                         self._emit(ev.StateChanged(state="stopping"))
                 case ev.SetThreads(threads=n):
                     self.threads = n
                     self._emit(ev.Status(message=f"threads will be {n} from the next round"))
+                case ev.SetCpuLimit(percent=p):
+                    if self.throttle is not None:
+                        self.throttle.set_limit(p)
+                    self._emit(ev.Status(message=f"using at most {p} % of CPU time from the next step" if p < 100
+                                         else "no CPU-time limit from the next step"))
             self._cond.notify_all()
 
     def listen(self, stream: TextIO) -> threading.Thread:

@@ -32,15 +32,19 @@ class PhaseReporter:
         self._last_count: tuple[int, int] | None = None
         self.round = 0
         self.phase: ev.Phase = "generating"
+        # Called at every phase start and step: a safe point between steps (the CPU-time limit sleeps here).
+        self.on_step: Callable[[], None] = lambda: None
 
     def start(self, rnd: int, phase: ev.Phase, total: int = 0) -> None:
         """A new phase begins (always reported)."""
         self.round, self.phase = rnd, phase
         self._send(0, total, force=True)
+        self.on_step()
 
     def progress(self, done: int, total: int) -> None:
         """Inside the current phase; reported when due, and always at its end."""
         self._send(done, total, force=done >= total > 0)
+        self.on_step()
 
     def _send(self, done: int, total: int, force: bool) -> None:
         now = self._clock()

@@ -13,6 +13,7 @@ from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
 from engine.run.event_log import EventLog, claim_stdout, terminal_printer
 from engine.run.history import HistoryFile
+from engine.run.throttle import Throttle
 from engine.models.prepare import prepare_model
 from engine.paths import prepare_data_dir
 from engine.sharing.keyfile import load_or_create
@@ -82,12 +83,14 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
 
         cfg, mix = join(swarm, cfg, data_dir, events)
     node = Node(cfg, model, node_id, events, data_dir, swarm, swarm_mix=mix)
-    stop = _StopFlag()
+    throttle = Throttle(cfg.cpu_limit, cfg.threads or 1)
+    node.phases.on_step = throttle.tick  # the CPU-time limit sleeps between steps
+    stop = _StopFlag(throttle)
     control = None
     if args.control == "stdin":
         from engine.run.control import Control
 
-        control = Control(events.emit)
+        control = Control(events.emit, throttle)
         node.pause_point = control.wait_if_paused
         control.listen(sys.stdin)
     try:
@@ -109,7 +112,10 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
                 if control.threads:
                     node.set_threads(control.threads)
                     threads, control.threads = control.threads, None
-            _refine_estimate(threads, model, cfg, node.run_round())
+                    throttle.set_limit(throttle.percent, threads)
+            metrics = node.run_round()
+            if throttle.percent >= 100:  # a throttled round's time says nothing of this computer's speed
+                _refine_estimate(threads, model, cfg, metrics)
             if control is not None and (target is None or node.round < target):
                 control.round_done()  # a pending finish pauses here
         events.emit(ev.Stop(round=node.round, reason=stop.reason or "finished"))
@@ -159,7 +165,8 @@ def _public(cfg: Any) -> dict[str, Any]:
 class _StopFlag:
     """SIGTERM/SIGINT end the run after the round in flight, so nothing is half-written."""
 
-    def __init__(self) -> None:
+    def __init__(self, throttle: Throttle) -> None:
+        self._throttle = throttle
         self.requested = False
         self.reason = ""
         self.signum = 0
@@ -170,5 +177,6 @@ class _StopFlag:
         if self.requested:  # second signal: stop now
             raise KeyboardInterrupt
         self.requested, self.signum = True, signum
+        self._throttle.stop()  # no sleeping through the round's rest
         self.reason = f"signal {signal.Signals(signum).name}"
         print(f"stopping after this round ({self.reason}); send again to stop now", file=sys.stderr, flush=True)
