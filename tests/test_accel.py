@@ -97,7 +97,7 @@ def test_placement_names_the_fix_only_when_a_gpu_sits_idle():
     # a CUDA machine on the CPU install: trains and samples on the CPU, the fix is the CUDA path
     p = accel.pick_placement("cpu", 0, llama_gpu=False, installed="cpu", best="cuda")
     assert (p.trains_on, p.samples_on, p.fix) == ("cpu", "cpu", "SAPO_ACCEL=cuda scripts/setup.sh")
-    assert "unused" in accel.describe(p) and p.fix in accel.describe(p)
+    assert "unused by this install" in accel.describe(p) and p.fix in accel.describe(p)
     # CUDA torch but a CPU-only llama.cpp: training uses the GPU, sampling does not; same fix
     p = accel.pick_placement("cuda", 0, llama_gpu=False, installed="cuda", best="cuda")
     assert (p.trains_on, p.samples_on, p.fix) == ("cuda", "cpu", "SAPO_ACCEL=cuda scripts/setup.sh")

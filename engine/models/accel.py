@@ -32,6 +32,7 @@ import torch
 
 from engine.errors import SapoError
 from engine.models.install_path import better_path, this_machine_path
+from wire.models import describe_placement
 
 MAX_AUTO_BUDGET = 512 << 20
 ALL_LAYERS = 999  # llama.cpp clamps this to the model's layer count
@@ -177,22 +178,22 @@ def pick_placement(device_type: str, offload_layers: int, llama_gpu: bool, insta
     return Placement(device_type, samples_on, fix)
 
 
-def placement(device_setting: str = "auto", layers_setting: int | None = None) -> Placement:
+def placement_of(device: torch.device, layers: int) -> Placement:
     """This machine's answers put through ``pick_placement`` (runs nvidia-smi once; imports llama_cpp)."""
+    best = this_machine_path()  # the machine's own answer, whatever SAPO_ACCEL says
+    installed = installed_path(torch.version.cuda is not None, platform.system())
+    return pick_placement(device.type, layers, llama_offload(), installed, best)
+
+
+def placement(device_setting: str = "auto", layers_setting: int | None = None) -> Placement:
+    """Where a node with these settings would train and sample here (a device torch lacks: the CPU)."""
     try:
         device = choose_device(device_setting)
     except SapoError:
         device = torch.device("cpu")
-    llama_gpu = llama_offload()
-    best = this_machine_path()  # the machine's own answer, whatever SAPO_ACCEL says
-    installed = installed_path(torch.version.cuda is not None, platform.system())
-    return pick_placement(device.type, pick_gpu_layers(layers_setting, device.type, llama_gpu), llama_gpu,
-                          installed, best)
+    return placement_of(device, gpu_layers(layers_setting, device))
 
 
 def describe(p: Placement) -> str:
     """One line for people: where this node trains and samples, and the fix when the GPU sits idle."""
-    where = {"cuda": "the NVIDIA GPU (CUDA)", "mps": "the Apple GPU (MPS)", "cpu": "the CPU"}
-    line = f"trains on {where[p.trains_on]}, samples on " + (
-        "the GPU (llama.cpp offload)" if p.samples_on == "gpu" else "the CPU (llama.cpp)")
-    return line + (f"; this machine's GPU is unused by this install, to use it: {p.fix}" if p.fix else "")
+    return describe_placement(p.trains_on, p.samples_on, p.fix)
