@@ -72,6 +72,9 @@ pack)
 probe)  # the first call there: what the machine has, so the right python-3.X.tar travels with `install`
     { "$PY" --version; nvidia-smi -L || true; nvcc --version | tail -2 || true; cmake --version | head -1 || true
       "$PY" -c "import torch, transformers, peft; print('torch', torch.__version__, torch.version.cuda, torch.cuda.is_available(), 'transformers', transformers.__version__, 'peft', peft.__version__)"
+      # llama.cpp's CUDA build links cuBLAS: its header must be in the toolkit nvcc belongs to
+      ls /usr/local/cuda*/include/cublas_v2.h ${CUDA_HOME:+"$CUDA_HOME/include/cublas_v2.h"} 2>/dev/null \
+          || echo "no cublas_v2.h under /usr/local/cuda* or \$CUDA_HOME: the CUDA build of llama.cpp will fail"
       df -h . | tail -1; nproc; } 2>&1
     exit 0 ;;
 install|measure|run) ;;
