@@ -33,7 +33,7 @@ cpu)
 cuda)
     LACKING=$("$PYTHON" engine/models/install_path.py --missing cuda)
     if [ -n "$LACKING" ]; then
-        echo "setup: the CUDA path needs $LACKING (CUDA toolkit: nvcc; cmake); install them, or SAPO_ACCEL=cpu scripts/setup.sh" >&2
+        echo "setup: the CUDA path needs $LACKING (the CUDA toolkit with nvcc and cuBLAS; cmake); install them, or SAPO_ACCEL=cpu scripts/setup.sh" >&2
         exit 1
     fi
     export PATH="$PATH:/usr/local/cuda/bin"

@@ -36,8 +36,9 @@ def test_impossible_choices_are_refused(forced, system, match):
 
 
 def test_cuda_prerequisites_are_named():
-    assert missing_tools("cuda", {"nvcc": False, "cmake": True}) == ["nvcc"]
-    assert missing_tools("cuda", {}) == ["nvcc", "cmake"]
+    assert missing_tools("cuda", {"nvcc": False, "cmake": True, "cublas_v2.h": True}) == ["nvcc"]
+    assert missing_tools("cuda", {"nvcc": True, "cmake": True}) == ["cublas_v2.h"]  # nvcc without cuBLAS
+    assert missing_tools("cuda", {}) == ["nvcc", "cmake", "cublas_v2.h"]
     assert missing_tools("cpu", {"cmake": True}) == []
 
 

@@ -16,8 +16,9 @@ import subprocess
 import sys
 
 PATHS = ("cpu", "cuda", "metal")
-# What the CUDA path compiles with, besides the C/C++ compiler every path needs.
-CUDA_TOOLS = ("nvcc", "cmake")
+# What the CUDA path compiles with, besides the C/C++ compiler every path needs: llama.cpp's CUDA backend links
+# cuBLAS, which a toolkit can lack (its header is the sign; seen: nvcc 13.0 alone makes CMake stop at CUDA::cublas).
+CUDA_TOOLS = ("nvcc", "cmake", "cublas_v2.h")
 CUDA_HOME_BIN = "/usr/local/cuda/bin"  # where the CUDA toolkit puts nvcc when it is not on PATH
 FIX = "SAPO_ACCEL={path} scripts/setup.sh"  # from a checkout; docs/DEPLOY.md has the installers' way
 
@@ -67,7 +68,12 @@ def this_machine_path(forced: str | None = None) -> str:
 
 def tools_found() -> dict[str, bool]:
     path = os.environ.get("PATH", "") + os.pathsep + CUDA_HOME_BIN
-    return {tool: shutil.which(tool, path=path) is not None for tool in CUDA_TOOLS}
+    found = {tool: shutil.which(tool, path=path) is not None for tool in CUDA_TOOLS[:2]}
+    nvcc = shutil.which("nvcc", path=path)
+    homes = [os.environ.get("CUDA_HOME", ""), os.path.dirname(CUDA_HOME_BIN),
+             os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else ""]
+    found["cublas_v2.h"] = any(h and os.path.exists(os.path.join(h, "include", "cublas_v2.h")) for h in homes)
+    return found
 
 
 def main(argv: list[str]) -> int:
