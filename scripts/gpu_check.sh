@@ -91,7 +91,7 @@ T0=$(date +%s)
 say() { echo "gpu_check [$(( $(date +%s) - T0 )) s]: $*"; }
 # A measurement that runs past its time is cut, and the next one still runs.
 measure() { local name=$1 limit=$2; shift 2; say "$name (at most $limit s)"
-    if timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1; then say "$name: done"; else say "$name: exit $? (see $name.txt)"; fi; }
+    if timeout -k 20 "$limit" "$@" > "$OUT/$name.txt" 2>&1; then say "$name: done"; else say "$name: exit $? (see $name.txt)"; fi; }
 
 SITE=$ROOT/$B/site
 export PYTHONPATH=$SITE:$ROOT
@@ -135,7 +135,8 @@ measure train_step 180 "$PY" benchmarks/bench_train.py --quick --device auto --t
 # 3 rounds of `make run`'s node; the GPU's memory in use sampled every 200 ms for the peak.
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/gpu_memory_mib.txt" 2>/dev/null &
 SMI=$!
-measure three_rounds 200 "$PY" -m engine run --model smollm2-135m --offline --rounds 3 --threads "$THREADS" \
+# No held-out evaluation (--eval-every 0): the rounds' own times are what is measured.
+measure three_rounds 200 "$PY" -m engine run --model smollm2-135m --offline --rounds 3 --threads "$THREADS" --eval-every 0 \
     --data-dir "$ROOT/$B/node" --events "$OUT/events.jsonl"
 kill "$SMI" 2>/dev/null || true
 "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
