@@ -107,6 +107,12 @@ class Dashboard(QWidget):
         left.addWidget(self.phase)
         left.addWidget(self.progress)
         left.addWidget(self.message)
+        self.where = QLabel("")  # where training and sampling run; the command that puts an idle GPU to work
+        self.where.setWordWrap(True)
+        self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # the fix can be copied
+        self.where.setStyleSheet(f"color: {palette.MUTED_TEXT}")
+        self.where.setAccessibleName("where it computes")
+        left.addWidget(self.where)
 
         self.main_button = QPushButton("Start")
         self.main_button.setMinimumSize(150, 56)
@@ -268,6 +274,8 @@ class Dashboard(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
         self.message.setText(model.error or model.message)
+        self.where.setText(model.where[:1].upper() + model.where[1:])
+        self.where.setVisible(bool(model.where))
         self._refresh_cards(model)
         for chart in (self.progress_chart, self.time_chart, self.groups_chart):
             chart.update(model)

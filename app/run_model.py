@@ -15,6 +15,7 @@ from typing import Any
 
 from app import eta
 from wire import events as ev
+from wire.models import describe_placement
 
 FEED_SIZE = 40  # recent answers kept for the feed
 LOG_SIZE = 2000
@@ -98,6 +99,7 @@ class RunModel:
     spent: dict[str, float] = field(default_factory=dict)
     paused_at: float | None = None  # a pause's time is no round's: the clocks above skip it
     last_eval_s: float | None = None  # the last practice test's seconds (its eval event's)
+    where: str = ""  # where the engine trains and samples, and the fix for an idle GPU (the start event's)
 
     @property
     def current_round(self) -> int:
@@ -109,6 +111,8 @@ class RunModel:
             case ev.Start():
                 self.node_name, self.node_id, self.model = event.node_name, event.node_id, event.model
                 self.threads, self.round_end = event.threads, event.round_end
+                self.where = (describe_placement(event.trains_on, event.samples_on, event.accel_fix)
+                              if event.trains_on else "")
                 self.settings = dict(event.settings) | {"round_start": event.round_start}
                 self.swarm_configured = bool(event.settings.get("relay")) and not event.settings.get("offline")
                 self.error = self.stop_reason = ""

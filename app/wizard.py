@@ -6,6 +6,7 @@ and models comes from ``sapo-engine models --json``; it writes ``AppSettings``.
 from __future__ import annotations
 
 import copy
+import html
 import time
 
 from PySide6.QtCore import Qt, QTimer
@@ -18,7 +19,7 @@ from app.forms import SwarmForm
 from app.resource_forms import ResourcesForm, RulesForm
 from app.icon import app_icon
 from app.settings import AppSettings
-from wire.models import ModelInfo, ModelsReport
+from wire.models import HardwareInfo, ModelInfo, ModelsReport, describe_placement
 
 FIT_WORDS = {"fits": "fits", "tight": "tight fit", "no": "does not fit"}
 OFFLINE_WHY = ("This computer is set to work offline, so this model cannot be downloaded. Models already on "
@@ -80,6 +81,13 @@ def _label(text: str = "") -> QLabel:
     return label
 
 
+def _where(hw: HardwareInfo) -> str:
+    """Where every model would train and sample here, and the fix for an idle GPU ("" from older engines)."""
+    if not hw.trains_on:
+        return ""
+    return "<b>Each model:</b> " + html.escape(describe_placement(hw.trains_on, hw.samples_on, hw.accel_fix)) + "<br>"
+
+
 class HardwarePage(QWizardPage):
     def __init__(self, wizard: "SetupWizard") -> None:
         super().__init__()
@@ -98,7 +106,8 @@ class HardwarePage(QWizardPage):
                          for g in hw.gpus) or "none usable"
         self.text.setText(f"<b>Processor:</b> {hw.cpu_name}, {hw.cpu_physical} cores<br>"
                           f"<b>Memory:</b> {gib(hw.ram_total)} ({gib(hw.ram_available)} free now)<br>"
-                          f"<b>Graphics card:</b> {gpus}<br><b>System:</b> {hw.os}<br><br>"
+                          f"<b>Graphics card:</b> {gpus}<br><b>System:</b> {hw.os}<br>"
+                          f"{_where(hw)}<br>"
                           "Next: a model that suits this computer.")
         self.completeChanged.emit()
 

@@ -37,9 +37,10 @@ def prompts_for(llm: LlamaModel, n: int) -> list[list[int]]:
 
 
 def bench_llama(path: Path, prompts: list[list[int]], L: int, params: SamplingParams, threads: int,
-                one_at_a_time: bool = False) -> tuple[float, int, float]:
+                one_at_a_time: bool = False, gpu_layers: int = 0) -> tuple[float, int, float]:
     n_seq = 1 if one_at_a_time else len(prompts) * L
-    llm = LlamaModel(path, n_ctx=n_seq * params.max_tokens + 4096, n_seq_max=n_seq, threads=threads)
+    llm = LlamaModel(path, n_ctx=n_seq * params.max_tokens + 4096, n_seq_max=n_seq, threads=threads,
+                     n_gpu_layers=gpu_layers)
     gen = RolloutGenerator(llm, seed=0)
     gen.generate(prompts[:1], 1, SamplingParams(max_tokens=4))  # warm-up: weight repacking, graph
     t0 = time.perf_counter()

@@ -76,10 +76,11 @@ def make_groups(preset: str, n_groups: int, completions: int, cache: Path, threa
     out.write_text(json.dumps(groups))
 
 
-def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, micro_batch: int) -> None:
+def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, micro_batch: int,
+          device_setting: str = "cpu") -> None:
     import torch
 
-    from engine.models.accel import choose_dtype, memory_budget
+    from engine.models.accel import choose_device, choose_dtype, memory_budget
     from engine.tasks.groups import TrainGroup
     from engine.models.hardware import tune_allocator
     from engine.learning.policy import attach_lora, load_base, lora_config
@@ -92,12 +93,12 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
         import engine.learning.packing as packing
 
         packing.MIN_SHARED = 1 << 30
-    device = torch.device("cpu")
+    device = choose_device(device_setting)  # the CPU unless --device says otherwise (scripts/gpu_check.sh: auto)
     dtype = choose_dtype(v["dtype"], device)
     raw = json.loads(groups_file.read_text())
     groups = [TrainGroup(g["prompt"], g["completions"][:completions], g["advantages"][:completions]) for g in raw]
     torch.manual_seed(0)
-    model = attach_lora(load_base(_model_path(cache), cache / "torch", dtype=dtype),
+    model = attach_lora(load_base(_model_path(cache), cache / "torch", dtype=dtype, device=device),
                         lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"]))
     trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
@@ -110,12 +111,17 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
     for _ in sys.stdin:
         t0 = time.perf_counter()
         stats = trainer.step(groups)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         print(json.dumps({
-            "variant": variant, "dtype": str(dtype).replace("torch.", ""), "step_s": round(time.perf_counter() - t0, 2),
+            "variant": variant, "device": device.type, "dtype": str(dtype).replace("torch.", ""),
+            "step_s": round(time.perf_counter() - t0, 2),
             "loss": stats.loss, "logprob_mean": round(stats.logprob_mean, 6), "grad_norm": round(stats.grad_norm, 6),
             "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
             "checkpointed": f"{stats.checkpointed}/{stats.micro_batches}",
-            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}), flush=True)
+            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+            "peak_gpu_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+            }), flush=True)
 
 
 def memory_groups(out: Path) -> None:
@@ -138,7 +144,8 @@ def compare(args: argparse.Namespace, label: str, groups_file: Path, completions
     procs = {}
     for variant in variants:
         cmd = [sys.executable, __file__, "--child", variant, str(groups_file), str(completions), "--cache",
-               str(args.cache), "--threads", str(args.threads), "--micro-batch", str(args.micro_batch)]
+               str(args.cache), "--threads", str(args.threads), "--micro-batch", str(args.micro_batch),
+               "--device", args.device]
         procs[variant] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     results: dict[str, dict] = {}
     for variant, proc in procs.items():
@@ -190,11 +197,13 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
     ap.add_argument("--variants", default="today,fp32,default",
                     help="variants to time, the first is the base of the ratios (issue 22: pergroup,default,wide)")
+    ap.add_argument("--device", default="cpu", help="where the step trains: cpu (the default), cuda, mps or auto")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], Path(args.child[1]), int(args.child[2]), args.cache, args.threads, args.micro_batch)
+        child(args.child[0], Path(args.child[1]), int(args.child[2]), args.cache, args.threads, args.micro_batch,
+              args.device)
         return
     if args.make_groups:
         preset, n, L, out = args.make_groups

@@ -128,10 +128,11 @@ class NodeConfig:
         None, "activation memory a training micro-batch may keep before recomputing "
               "(unset: a quarter of the free memory at start, at most 512)",
         source="keeps a training step under 2 GB peak RSS on the bundled model (docs/BENCHMARKS.md)")
-    device: str = setting("auto", "where torch trains: auto, cpu or cuda (auto: cuda when torch sees a GPU)")
+    device: str = setting("auto", "where torch trains: auto, cpu, cuda or mps (auto: cuda when torch sees a GPU, "
+                                  "else mps on Apple silicon, else cpu)")
     gpu_layers: int | None = setting(
         None, "model layers llama.cpp runs on the GPU (unset: all when llama.cpp was built with GPU offload "
-              "and a CUDA GPU is present, else 0)")
+              "and training uses a GPU, CUDA or Apple's, else 0)")
     # --- evaluation ---
     eval_every: int = setting(
         20, "rounds between held-out evaluations (0 = never)",
@@ -351,7 +352,7 @@ def validate(cfg: NodeConfig) -> None:
          f"checkpointing must be auto, always or never, got {cfg.checkpointing!r}")
     need(cfg.train_memory_mb is None or cfg.train_memory_mb >= 1,
          f"train memory must be >= 1 MB, got {cfg.train_memory_mb}")
-    need(cfg.device in ("auto", "cpu", "cuda"), f"device must be auto, cpu or cuda, got {cfg.device!r}")
+    need(cfg.device in ("auto", "cpu", "cuda", "mps"), f"device must be auto, cpu, cuda or mps, got {cfg.device!r}")
     need(cfg.gpu_layers is None or cfg.gpu_layers >= 0, f"gpu layers must be >= 0, got {cfg.gpu_layers}")
     need(cfg.grad_clip > 0, f"grad clip must be > 0, got {cfg.grad_clip}")
     need(0 <= cfg.eps_low < 1 and cfg.eps_high >= 0, "clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0")

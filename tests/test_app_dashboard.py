@@ -137,3 +137,21 @@ def test_replay_of_a_swarm_run_fills_the_feed_and_the_leaderboard(qtbot):
     assert "this computer" in sources and len(sources) == 2  # own answers and a peer's, by its name
     assert d.leaderboard.rowCount() == 2 and d.leaderboard.item(0, 1).text().endswith("(you)")
     assert m.rank == 1 and d.card_you.value.text() == f"{m.shared_total} / {m.adopted_total}"
+
+
+def test_the_dashboard_says_where_the_engine_computes_and_how_to_use_an_idle_gpu(qtbot):
+    from app.window import MainWindow
+
+    start = dict(node_id="ab" * 16, node_name="calm-heron-07", model="smollm2-135m", model_path="/m",
+                 round_start=0, round_end=10, threads=2)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show_replay([ev.Start(**start, trains_on="cpu", samples_on="cpu",
+                                 accel_fix="SAPO_ACCEL=cuda scripts/setup.sh"), _round(1)], "replay")
+    where = window.dashboard.where
+    assert where.text() == ("Trains on the CPU, samples on the CPU (llama.cpp); this computer's GPU is unused by "
+                            "this install, to use it: SAPO_ACCEL=cuda scripts/setup.sh")
+    window.show_replay([ev.Start(**start, trains_on="mps", samples_on="gpu"), _round(1)], "replay")
+    assert where.text() == "Trains on the Apple GPU (MPS), samples on the GPU (llama.cpp offload)"
+    window.show_replay([ev.Start(**start), _round(1)], "replay")  # an engine before these fields: says nothing
+    assert where.text() == "" and where.isHidden()

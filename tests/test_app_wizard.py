@@ -53,6 +53,8 @@ def test_wizard_with_the_bundled_model_and_a_local_swarm(qtbot, dirs):
     qtbot.wait_until(lambda: wizard.report is not None, timeout=180_000)  # a real `sapo-engine models --json`
     assert wizard.hardware_page.isComplete()
     assert "Memory" in wizard.hardware_page.text.text()
+    if wizard.report.hardware.device == "cpu" and not wizard.report.hardware.gpus:  # the engine's word on where
+        assert "Each model:</b> trains on the CPU, samples on the CPU" in wizard.hardware_page.text.text()
     wizard.next()
     page = wizard.model_page
     assert page.selected() == wizard.report.recommended  # the recommendation is preselected

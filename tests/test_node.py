@@ -64,6 +64,11 @@ def test_every_event_the_engine_wrote_decodes_to_its_typed_contract(trained):
         assert msgspec.json.decode(ev.encode(typed)) == raw
     start = next(e for e in events if e["type"] == "start")
     assert start["schema"] == ev.SCHEMA_VERSION
+    import torch
+
+    if not torch.cuda.is_available() and not torch.backends.mps.is_available():  # where it computes, as the engine chose it (engine/models/accel.py)
+        assert (start["trains_on"], start["samples_on"]) == ("cpu", "cpu")
+        assert start["accel_fix"] in ("", "SAPO_ACCEL=cuda scripts/setup.sh")  # a fix only where a GPU sits idle
 
 
 def test_two_offline_rounds_train_and_swap(trained):

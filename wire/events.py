@@ -49,6 +49,12 @@ class Start(Event, tag="start", frozen=True):
     threads: int
     settings: dict[str, Any] = {}  # every NodeConfig field, resolved, secrets left out
     schema: int = SCHEMA_VERSION
+    # Where it computes (engine/models/accel.py): torch trains on "cuda" | "mps" | "cpu", llama.cpp samples on
+    # "gpu" | "cpu"; "" from engines before these fields. accel_fix: the command that lets this install use the
+    # machine's idle GPU, "" when none sits idle.
+    trains_on: str = ""
+    samples_on: str = ""
+    accel_fix: str = ""
 
 
 State = Literal["running", "paused", "finishing", "stopping"]

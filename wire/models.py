@@ -29,6 +29,11 @@ class HardwareInfo(msgspec.Struct, frozen=True):
     ram_available: int
     device: Literal["cpu", "cuda", "mps"]
     gpus: list[GpuInfo] = []
+    # Where a node of this install trains (torch: "cuda" | "mps" | "cpu") and samples (llama.cpp: "gpu" | "cpu"),
+    # the same for every model; accel_fix: the command that lets it use this machine's idle GPU ("" when none).
+    trains_on: str = ""
+    samples_on: str = ""
+    accel_fix: str = ""
 
 
 Fit = Literal["fits", "tight", "no"]
@@ -73,6 +78,15 @@ class NodeIdentity(msgspec.Struct, frozen=True):
 
     node_id: str
     node_name: str
+
+
+def describe_placement(trains_on: str, samples_on: str, accel_fix: str = "") -> str:
+    """One line for people (engine terminal, wizard, dashboard): where a node trains and samples, and the
+    command that puts this machine's idle GPU to work."""
+    where = {"cuda": "the NVIDIA GPU (CUDA)", "mps": "the Apple GPU (MPS)", "cpu": "the CPU"}
+    line = (f"trains on {where.get(trains_on, trains_on)}, samples on "
+            + ("the GPU (llama.cpp offload)" if samples_on == "gpu" else "the CPU (llama.cpp)"))
+    return line + (f"; this computer's GPU is unused by this install, to use it: {accel_fix}" if accel_fix else "")
 
 
 _decoder = msgspec.json.Decoder(ModelsReport)

@@ -101,20 +101,25 @@ def build_parser() -> argparse.ArgumentParser:
 def _models(args: argparse.Namespace) -> int:
     from engine.models.hardware import detect, format_catalog
 
+    from engine.models.accel import describe, placement
+
     hw = detect()
+    where = placement()  # the default settings' device and offload: auto
     if not args.json and not args.measure:
         print(format_catalog(hw))
+        print(f"Every model here {describe(where)}")
         return 0
     from engine.commands.models import build_report, speed_for
     from engine.paths import default_cache_dir, default_threads
     from wire.models import encode_report
 
     speed = speed_for(default_cache_dir(), args.threads or default_threads(), args.measure)
-    report = build_report(hw, speed)
+    report = build_report(hw, speed, placement=where)
     if args.json:
         print(encode_report(report).decode())
     else:
         print(format_catalog(hw))
+        print(f"Every model here {describe(where)}")
         print("\nExpected time of one round here (scaled from the bundled model's measured speed):")
         for m in report.models:
             print(f"  {m.name:<14} {m.round_s:>8.0f} s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.models.accel import Placement
 from engine.models.catalog import CATALOG, CatalogEntry
 from engine.models.download import cached_path, offline_mode
 from engine.models.hardware import Hardware, fit, recommend
@@ -14,7 +15,8 @@ TIGHT_FRACTION = 0.75  # of the memory budget: above it a model fits, but leaves
 
 
 def build_report(hw: Hardware, speed: Speed | None, catalog: tuple[CatalogEntry, ...] = CATALOG,
-                 offline: bool | None = None) -> ModelsReport:
+                 offline: bool | None = None, placement: Placement | None = None) -> ModelsReport:
+    """``placement``: where a node of this install trains and samples (engine.models.accel.placement())."""
     round_s = (lambda e: estimate_round_s(e, speed)) if speed is not None else None
     offline = offline_mode() if offline is None else offline
     # Offline, a model that needs a download cannot be used: recommend one already on this computer.
@@ -36,6 +38,8 @@ def build_report(hw: Hardware, speed: Speed | None, catalog: tuple[CatalogEntry,
         summary=hw.summary(), os=hw.os, cpu_name=hw.cpu_name, cpu_physical=hw.cpu_physical,
         cpu_logical=hw.cpu_logical, ram_total=hw.ram_total, ram_available=hw.ram_available, device=hw.device,
         gpus=[GpuInfo(g.name, g.total_bytes, g.torch_usable) for g in hw.gpus],
+        **({"trains_on": placement.trains_on, "samples_on": placement.samples_on, "accel_fix": placement.fix}
+           if placement is not None else {}),
     )
     info = (SpeedInfo(speed.gen_tokens_per_s, speed.train_tokens_per_s, speed.threads, speed.how)
             if speed is not None else None)

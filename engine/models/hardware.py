@@ -23,6 +23,7 @@ import psutil
 from engine.models.catalog import CATALOG, GiB, CatalogEntry, Device, MemoryNeeds, by_name, entry_from_gguf
 from engine.errors import SapoError
 from engine.models.modelfile import inspect_gguf
+from engine.models.install_path import FIX
 
 # How much memory a node may plan to use. The rest is for the OS, a desktop and a browser.
 RAM_FRACTION = 0.8
@@ -316,7 +317,8 @@ def recommend(hw: Hardware, catalog: tuple[CatalogEntry, ...] = CATALOG,
 def _idle_gpu_note(hw: Hardware) -> str:
     idle = [g for g in hw.gpus if not g.torch_usable]
     if idle and hw.best_gpu is None:
-        return f"; GPU {idle[0].name} unused: this torch build has no CUDA (install a CUDA build of torch)"
+        fix = FIX.format(path="cuda")
+        return f"; GPU {idle[0].name} unused: this torch build has no CUDA (the CUDA install path: {fix})"
     return ""
 
 

@@ -25,13 +25,14 @@ class Backbone:
     sandbox: Any  # engine.sandbox.workers.Sandbox
     device: Any  # torch.device the policy trains on
     train_dtype: Any  # torch dtype of its frozen weights
+    placement: Any = None  # engine.models.accel.Placement: where it trains and samples, the fix for an idle GPU
 
     @classmethod
     def load(cls, model: PreparedModel, cfg: NodeConfig, threads: int) -> Backbone:
         """Starts the scoring workers first (they load reasoning-gym while the models load), then llama.cpp
         sized for a round's I + J groups of L completions, then the torch policy with a fresh LoRA."""
         from engine.learning.policy import attach_lora, load_base, lora_config
-        from engine.models.accel import choose_device, choose_dtype, gpu_layers
+        from engine.models.accel import choose_device, choose_dtype, gpu_layers, placement_of
         from engine.sampling.llm import LlamaModel
         from engine.sandbox.workers import Sandbox
 
@@ -40,12 +41,13 @@ class Backbone:
         device = choose_device(cfg.device)
         budget = cfg.local_groups + cfg.external_groups
         n_seq = min(MAX_SEQS_PER_BATCH, max(budget * (cfg.completions or 1), 2))
+        layers = gpu_layers(cfg.gpu_layers, device)
         llm = LlamaModel(model.path, n_ctx=n_seq * (cfg.max_tokens or 0) + 8192, n_seq_max=n_seq, threads=threads,
-                         n_gpu_layers=gpu_layers(cfg.gpu_layers, device))
+                         n_gpu_layers=layers)
         dtype = choose_dtype(cfg.train_dtype, device)
         base = load_base(model.path, default_cache_dir() / "torch", dtype=dtype, device=device)
         policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
-        return cls(llm, policy, sandbox, device, dtype)
+        return cls(llm, policy, sandbox, device, dtype, placement_of(device, layers))
 
     def reset_lora(self, seed: int) -> None:
         """A fresh LoRA from ``seed``, as peft makes one (A random, B zero)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from wire import events as ev
+from wire.models import describe_placement
 
 Listener = Callable[[ev.Event], None]
 
@@ -88,6 +89,8 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
                 line = (f"node {e.node_name} | model {e.model} | preset {st.get('preset')} | "
                         f"I={st.get('local_groups')} J={st.get('external_groups')} L={st.get('completions')} | "
                         f"rounds {e.round_start + 1}..{e.round_end}")
+                if e.trains_on:
+                    line += f"\n{describe_placement(e.trains_on, e.samples_on, e.accel_fix)}"
             case ev.Round():
                 parts = [f"round {e.round:>4}", f"reward {e.reward_mean:.3f}", f"acc {e.accuracy:.3f}",
                          f"format {e.format_rate:.2f}", f"gen {e.gen_tokens_per_s:.0f} tok/s",

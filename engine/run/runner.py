@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         target = args.rounds or None
         events.emit(ev.Start(node_id=node_id, node_name=display_name(node_id), model=model.name,
                              model_path=str(model.path), round_start=node.round, round_end=target, threads=cfg.threads,
-                             settings=_public(cfg)))
+                             settings=_public(cfg), **_placement(node.backbone.placement)))
         history = HistoryFile(data_dir)
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)
@@ -160,6 +160,13 @@ def _public(cfg: Any) -> dict[str, Any]:
     values.pop("token", None)
     values.pop("model", None)  # the start event names the resolved model instead
     return values
+
+
+def _placement(p: Any) -> dict[str, str]:
+    """The start event's fields on where the node computes (engine.models.accel.Placement)."""
+    if p is None:
+        return {}
+    return {"trains_on": p.trains_on, "samples_on": p.samples_on, "accel_fix": p.fix}
 
 
 class _StopFlag:
