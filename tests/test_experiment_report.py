@@ -164,3 +164,11 @@ def test_same_questions_reward_is_paired_on_the_main_streams_questions_only():
     assert p.same_questions_diff is not None and p.same_questions_diff.n == 1
     assert p.same_questions_diff.mean == pytest.approx(0.2)  # (0.25 + 0.45) - (0.2 + 0.3)
     assert "| swarm | 2 | -0.45 [" in format_paired([p]) and "| +0.20 (n=1) |" in format_paired([p])
+
+
+def test_unfinished_cells_are_paired_over_the_rounds_both_finished():
+    # Alone's agent 0 is a round ahead of swarm's: its round 3 is left out of the pair, not counted against swarm.
+    records = [{"type": "round", "config": c, "seed": 0, "agent": 0, "round": n, "reward_mean": v}
+               for c, rs in {"alone": [0.2, 0.2, 0.9], "swarm": [0.3, 0.3]}.items() for n, v in enumerate(rs, 1)]
+    (p,) = paired(records, {})
+    assert p.total_diff is not None and p.total_diff.mean == pytest.approx(0.2) and p.total_ratio == pytest.approx(1.5)

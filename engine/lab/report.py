@@ -212,19 +212,25 @@ class Paired:
     per_task: dict[str, Interval]  # end greedy minus the baseline's, per task
 
 
+def _rounds(records: list[dict[str, Any]], config: str) -> set[tuple[int, int, int]]:
+    return {(r["seed"], r["agent"], r["round"]) for r in records if r["config"] == config}
+
+
 def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]],
            baseline: str = "alone") -> list[Paired]:
     """Every configuration against the baseline, pair by pair (same seed, same agent)."""
     configs = list(dict.fromkeys(r["config"] for r in records))
     if baseline not in configs:
         return []
-    base_t = agent_totals(records, baseline)
     base_e, base_m = agent_evals(evals, baseline), agent_evals(evals, baseline, "eval_middle")
     out = []
     for config in configs:
         if config == baseline:
             continue
-        tot = agent_totals(records, config)
+        # Unfinished cells: each pair is summed over the rounds both of its agents have finished.
+        both = _rounds(records, config) & _rounds(records, baseline)
+        common = [r for r in records if (r["seed"], r["agent"], r["round"]) in both]
+        tot, base_t = agent_totals(common, config), agent_totals(common, baseline)
         keys = sorted(set(tot) & set(base_t))
         end, mid, start = agent_evals(evals, config), agent_evals(evals, config, "eval_middle"), \
             agent_evals(evals, config, "eval_start")
@@ -232,7 +238,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
         mk = sorted(set(mid) & set(base_m))
         tasks = sorted({t for k in ek for t in end[k].get("per_task", {}) if t in base_e[k].get("per_task", {})})
         base_sum = sum(base_t[k] for k in keys)
-        same, base_same = agent_paired_totals(records, config), agent_paired_totals(records, baseline)
+        same, base_same = agent_paired_totals(common, config), agent_paired_totals(common, baseline)
         out.append(Paired(
             config=config, pairs=len(keys),
             total_diff=paired_interval([tot[k] - base_t[k] for k in keys]),
