@@ -49,6 +49,10 @@ class Start(Event, tag="start", frozen=True):
     threads: int
     settings: dict[str, Any] = {}  # every NodeConfig field, resolved, secrets left out
     schema: int = SCHEMA_VERSION
+    # The tasks this node draws from, in short words: its swarm's manifest's (wire.manifest.mix_summary) where it
+    # follows one (``manifest``: that manifest's digest), else its own mix's (the preset's, or --tasks).
+    mix: list[str] = []
+    manifest: str = ""
 
 
 State = Literal["running", "paused", "finishing", "stopping"]
