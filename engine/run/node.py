@@ -181,7 +181,8 @@ class Node:
         """Between rounds: run a manifest's mix and settings (``joining.follow``'s) from the next round on. The
         policy, optimizer and history go on; frontier levels go on only for tasks whose settings are unchanged."""
         cfg.check_resolved()
-        same = {e.dataset for e in swarm_mix.mix if any((o.dataset, o.config) == (e.dataset, e.config) for o in self.mix)}
+        before = [(o.dataset, o.config) for o in self.mix]
+        same = {e.dataset for e in swarm_mix.mix if (e.dataset, e.config) in before}
         self.cfg, self.swarm_mix, self.mix = cfg, swarm_mix, swarm_mix.mix
         self.stream.state.levels = {t: v for t, v in self.stream.state.levels.items() if t in same}
         self._take_mix()
