@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QButtonGroup, QFormLayout, QGroupBox, QLabel, QLineEdit, QRadioButton, QSpinBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QButtonGroup, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QListWidget,
+                               QListWidgetItem, QPushButton, QRadioButton, QSpinBox, QVBoxLayout, QWidget)
 
 from app import palette
 from app.settings import RELAY_PLACEHOLDER, AppSettings
+from app.swarm_list import SwarmLister
 from wire.addresses import relay_urls_problem
 from wire.invite import InviteError, parse_invite
 from wire.protocol import swarm_name_problem
+from wire.swarm_list import PublicSwarm
 
 SWARM_CHOICES = (
     ("public", "Join a swarm", "Train together with the volunteers of a swarm on a relay server."),
@@ -73,6 +75,7 @@ class SwarmForm(QWidget):
         self.port.setValue(8765)
         self.port.setAccessibleName("local swarm port")
         form.addRow("Relay address:", self.relay)
+        form.addRow("Public swarms:", self._public_swarms())
         form.addRow("Swarm name:", self.swarm)
         form.addRow("Token (password):", self.token)
         form.addRow("Port on this computer:", self.port)
@@ -90,13 +93,76 @@ class SwarmForm(QWidget):
         self.buttons["offline"].setChecked(True)
         one_tab_stop(self.group)
 
+    def _public_swarms(self) -> QWidget:
+        """The relay's public swarms (GET /swarms), listed on request: picking one fills in its name."""
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        self.list_button = QPushButton("List this relay's swarms")
+        self.list_button.setAccessibleName("list the relay's public swarms")
+        self.list_note = QLabel("")
+        self.list_note.setWordWrap(True)
+        self.list_note.setStyleSheet(f"color: {palette.MUTED_TEXT}")
+        row.addWidget(self.list_button)
+        row.addWidget(self.list_note, 1)
+        column.addLayout(row)
+        self.swarm_list = QListWidget()
+        self.swarm_list.setAccessibleName("public swarms")
+        self.swarm_list.setMaximumHeight(120)
+        self.swarm_list.hide()
+        column.addWidget(self.swarm_list)
+        self.lister = SwarmLister(self)
+        self.list_button.clicked.connect(self._list_swarms)
+        self.lister.listed.connect(self._show_swarms)
+        self.lister.failed.connect(self._list_failed)
+        self.swarm_list.currentItemChanged.connect(self._pick_swarm)
+        self.public_box = box
+        return box
+
+    def _list_swarms(self) -> None:
+        self.list_note.setText("asking the relay…")
+        self.list_button.setEnabled(False)
+        self.lister.fetch(self.relay.text())
+
+    def _show_swarms(self, swarms: list[PublicSwarm]) -> None:
+        self.list_button.setEnabled(True)
+        self.swarm_list.clear()
+        self.swarm_list.setVisible(bool(swarms))
+        if not swarms:
+            self.list_note.setText("This relay lists no public swarms: type the swarm's name below.")
+            return
+        self.list_note.setText("Pick a swarm:")
+        for s in swarms:
+            peers = f"{s.peers_online} volunteer{'' if s.peers_online == 1 else 's'} online"
+            item = QListWidgetItem(f"{s.swarm} — {s.description or ', '.join(s.tasks)} ({peers})")
+            item.setData(Qt.ItemDataRole.UserRole, s.swarm)
+            item.setToolTip("\n".join([f"Tasks: {'; '.join(s.tasks)}"]
+                                      + ([f"Suggested models: {', '.join(s.models)}"] if s.models else [])))
+            self.swarm_list.addItem(item)
+
+    def _list_failed(self, why: str) -> None:
+        self.list_button.setEnabled(True)
+        self.swarm_list.clear()
+        self.swarm_list.hide()
+        self.list_note.setText(why)
+
+    def _pick_swarm(self, item: QListWidgetItem | None) -> None:
+        if item is None:
+            return
+        name = item.data(Qt.ItemDataRole.UserRole)
+        if name != self.swarm.text().strip():
+            self.pins.pop("manifest_digest", None)  # an invite's pin is for its own swarm only
+        self.swarm.setText(name)
+
     @property
     def kind(self) -> str:
         return next((k for k, b in self.buttons.items() if b.isChecked()), "offline")
 
     def _update(self) -> None:
         kind = self.kind
-        for widget, shown in ((self.relay, kind in ("public", "private")), (self.swarm, kind != "offline"),
+        for widget, shown in ((self.relay, kind in ("public", "private")), (self.public_box, kind == "public"),
+                              (self.swarm, kind != "offline"),
                               (self.token, kind == "private"), (self.port, kind == "local")):
             widget.setEnabled(shown)
             self.form.labelForField(widget).setEnabled(shown)

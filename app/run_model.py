@@ -149,6 +149,9 @@ class RunModel:
                 self._history(event)
             case ev.Relay():
                 self._link(event)
+            case ev.SwarmManifest(state="adopted"):  # a node that started alone follows its swarm from now on
+                self.settings |= {"completions": event.completions, "max_tokens": event.max_tokens,
+                                  "format_bonus": event.format_bonus}
             case ev.Swarm():
                 self.peers = event.peers_online
                 self.leaderboard = list(event.leaderboard)

@@ -34,11 +34,11 @@ class RelayProcess:
         with urllib.request.urlopen(self.http + path, timeout=timeout, context=self.tls) as resp:
             return str(resp.read().decode())
 
-    def start(self) -> "RelayProcess":
+    def start(self, timeout: float = 30) -> "RelayProcess":
         self.proc = subprocess.Popen([sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", str(self.port),
                                       "--data-dir", str(self.data_dir), "--log-level", "WARNING", *self.args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "relay exited"
             try:

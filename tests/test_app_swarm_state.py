@@ -131,3 +131,16 @@ def test_the_terminal_says_the_relay_link():
     first, second = out.getvalue().splitlines()
     assert first == f"relay: connected to {RELAY}, 1 peer online"
     assert second.startswith(f"relay: {RELAY} unreachable (connection refused); training on local groups, next try in")
+
+
+def test_a_manifest_adopted_after_start_sets_l_and_the_reward_scale():
+    m = RunModel()
+    m.apply(_start(completions=8, max_tokens=96, format_bonus=0.0))  # its own settings: the relay was down
+    ceiling = m.best_reward()
+    m.apply(ev.SwarmManifest(state="adopted", swarm="sums", digest="d" * 64, mix=["chain_sum"], completions=2,
+                             max_tokens=12, format_bonus=0.1))
+    assert (m.settings["completions"], m.settings["max_tokens"], m.settings["format_bonus"]) == (2, 12, 0.1)
+    assert ceiling == 1.0 and m.best_reward() == 1.1
+    m.apply(ev.SwarmManifest(state="changed", swarm="sums", digest="e" * 64, joined_digest="d" * 64,
+                             changes=["max_tokens"]))
+    assert m.settings["max_tokens"] == 12  # a change is reported, not followed

@@ -203,3 +203,57 @@ def test_the_app_opens_at_the_join_step_with_a_link_argument(qtbot, dirs):
     assert settings.node["relay"] == "ws://127.0.0.1:8765" and settings.node["manifest_digest"] == "e" * 64
     store.save(settings)  # the engine's node.toml takes the pinned digest: a setting it knows
     assert store.load().node["manifest_digest"] == "e" * 64
+
+
+def test_the_join_page_lists_a_relays_public_swarms_to_pick_from(qtbot, tmp_path):
+    from app.wizard import SwarmPage
+    from relay_process import RelayProcess
+    from test_swarm_manifest import GOOD
+
+    (tmp_path / "swarms.toml").write_text(GOOD)  # "arithmetic" (public) and "secret" (private, never listed)
+    relay = RelayProcess(tmp_path / "relay", "--swarms", str(tmp_path / "swarms.toml")).start()
+    try:
+        page = SwarmPage()
+        qtbot.addWidget(page)
+        form = page.form
+        form.buttons["public"].setChecked(True)
+        assert form.public_box.isEnabled() and not form.swarm_list.isVisibleTo(form)
+        form.relay.setText(relay.url)
+        with qtbot.waitSignal(form.lister.listed, timeout=20_000) as got:
+            form.list_button.click()
+        assert [s.swarm for s in got.args[0]] == ["arithmetic"]
+        assert form.swarm_list.count() == 1 and form.swarm_list.isVisibleTo(form)
+        item = form.swarm_list.item(0)
+        assert item.text() == "arithmetic — Small sums for small models (0 volunteers online)"
+        assert "basic_arithmetic x2 max_digits 1..2; chain_sum" in item.toolTip()
+        assert "smollm2-135m, gemma-3-270m" in item.toolTip()
+        form.pins = {"manifest_digest": "d" * 64}  # an earlier invite's, for another swarm
+        form.swarm_list.setCurrentRow(0)  # the volunteer picks it: no name typed
+        assert form.swarm.text() == "arithmetic" and page.isComplete() and form.pins == {}
+        s = AppSettings()
+        form.store(s)
+        assert s.swarm_kind == "public" and s.node["swarm"] == "arithmetic" and s.node["relay"] == relay.url
+    finally:
+        relay.stop()
+    # The relay is gone now: one line under the button, the list cleared, the form still usable.
+    with qtbot.waitSignal(form.lister.failed, timeout=20_000) as failed:
+        form.list_button.click()
+    assert failed.args[0].startswith(f"could not list the swarms at {relay.http}/swarms: ")
+    assert form.list_note.text() == failed.args[0] and form.swarm_list.count() == 0
+    assert form.list_button.isEnabled() and page.isComplete()
+
+
+def test_a_relays_list_of_swarms_is_read_with_bounds():
+    from wire.swarm_list import MAX_LIST_BYTES, decode_swarm_list, swarms_url
+
+    assert swarms_url("wss://relay.example.org,wss://b.example") == "https://relay.example.org/swarms"
+    assert swarms_url("ws://127.0.0.1:8765") == "http://127.0.0.1:8765/swarms"
+    for bad, why in (("", "enter the relay address"), ("http://x", "ws://host:port")):
+        with pytest.raises(ValueError, match=why):
+            swarms_url(bad)
+    listed = decode_swarm_list(b'{"swarms": [{"swarm": "s", "tasks": ["gcd"], "digest": "ab", "peers_online": 2}]}')
+    assert listed[0].swarm == "s" and listed[0].peers_online == 2  # a field the app does not use is ignored
+    for body, why in ((b"<html>", "does not read"), (b'{"swarms": [{"swarm": "no spaces"}]}', "does not read"),
+                      (b" " * (MAX_LIST_BYTES + 1), "over 256 KiB")):
+        with pytest.raises(ValueError, match=why):
+            decode_swarm_list(body)

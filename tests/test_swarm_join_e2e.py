@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,54 @@ def test_two_nodes_join_by_invite_follow_the_manifest_and_share(tmp_path, model_
         assert sum(e["external_groups"] for e in rounds) > 0, f"{name} never trained on a peer's group"
         assert all("foreign_task" not in e["rejected_reasons"] for e in rounds), [e["rejected_reasons"] for e in rounds]
         assert all(e["rejected_groups"] == 0 for e in rounds)
+
+
+LATE = """
+[swarms.late]
+completions = 2
+max_tokens = 12
+
+[swarms.late.tasks.chain_sum]
+config = { min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1 }
+"""
+
+
+def test_a_node_that_could_not_reach_its_relay_adopts_the_manifest_at_a_round_boundary(tmp_path, model_cache):
+    # The node starts on its own mix (basic_arithmetic, L=4) while its relay is down; the relay comes up with a
+    # manifest (chain_sum, L=2); the node switches at the next round boundary and says so.
+    swarms = tmp_path / "swarms.toml"
+    swarms.write_text(LATE)
+    relay = RelayProcess(tmp_path / "relay", "--swarms", str(swarms))
+    events = tmp_path / "node.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine", "run", "--relay", relay.url, "--swarm", "late", "--model", "smollm2-135m",
+         "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "12", "--local", "1", "--external", "1",
+         "--rounds", "2", "--eval-every", "0", "--threads", "1", "--quiet", "--data-dir", str(tmp_path / "node"),
+         "--events", str(events)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "SAPO_CACHE_DIR": str(model_cache)})
+    try:
+        deadline = time.monotonic() + 600
+        while not any(e["type"] == "relay" and e["state"] == "unreachable" for e in _events(events)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        relay.start(timeout=300)  # it checks its manifest with reasoning-gym while the node loads its model
+        _, err = proc.communicate(timeout=1200)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        relay.stop()
+    evs = _events(events)
+    start = next(e for e in evs if e["type"] == "start")
+    assert start["mix"] == ["basic_arithmetic"] and start["manifest"] == ""  # its own, at start
+    kinds = [e["type"] for e in evs]
+    (adopted,) = [e for e in evs if e["type"] == "manifest"]
+    assert adopted["state"] == "adopted" and adopted["mix"] == ["chain_sum"] and adopted["completions"] == 2
+    after = [e for e in evs[kinds.index("manifest"):] if e["type"] == "round"]
+    before = [e for e in evs[:kinds.index("manifest")] if e["type"] == "round"]
+    assert after and [e["round"] for e in before + after] == [1, 2]  # between rounds, never within one
+    assert all(set(e["per_task"]) == {"basic_arithmetic"} for e in before)
+    assert all(set(e["per_task"]) == {"chain_sum"} and e["relay_connected"] for e in after)
+    # L=2 from the manifest: a round's own groups x 2 completions (no peer here: I + J own groups)
+    assert all(e["gen_tokens"] <= e["groups"] * 2 * 12 for e in after)
+    assert json.loads((tmp_path / "node" / "swarm-manifest.json").read_text())["digest"] == adopted["digest"]

@@ -3,9 +3,11 @@ GET /swarms; a node's mix and admission from it; pinned, recorded and refused ma
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -13,8 +15,8 @@ import pytest
 from websockets.sync.client import connect
 
 from engine.config import NodeConfig
-from engine.run.event_log import EventLog
-from engine.run.joining import RECORD, join
+from engine.run.event_log import EventLog, terminal_printer
+from engine.run.joining import RECORD, follow, join, pending
 from engine.sharing.swarm_client import SwarmClient
 from engine.tasks.questions import QuestionStream, admit
 from engine.tasks.swarm_mix import swarm_mix
@@ -247,3 +249,97 @@ def test_a_manifest_with_a_wrong_digest_or_over_the_bounds_is_refused():
     with pytest.raises(ValueError, match="outside the size caps"):
         decode_manifest({**data, "tasks": [{"dataset": "chain_sum", "config": {"max_digits": 99}}]}, None)
     assert decode_manifest(data, manifest_digest(good)) == good
+
+
+# --- joining later, and a manifest that changes between connections ------------------------------------------
+
+def _connect(c: SwarmClient, timeout: float = 20) -> None:
+    """Retry as the node does (the client's own backoff) until its relay answers."""
+    deadline = time.monotonic() + timeout
+    while not c.ensure_connected():
+        assert c.refused is None and time.monotonic() < deadline, c.refused or "the relay never answered"
+        time.sleep(0.2)
+
+
+def test_a_node_that_started_alone_decides_on_the_manifest_once_its_relay_answers(tmp_path):
+    relay = RelayProcess(tmp_path / "relay", "--swarms", str(_file(tmp_path, GOOD)))  # not up yet
+    seen: list[object] = []
+    events = EventLog()
+    events.add(seen.append)
+    c = SwarmClient(relay.url, "arithmetic", A, "smollm2-135m", None, on_status=events.status,
+                    on_manifest=events.emit, on_link=events.emit, timeout_s=5)
+    pinned = SwarmClient(relay.url, "arithmetic", B, "smollm2-135m", None, on_status=events.status,
+                         on_manifest=events.emit, on_link=events.emit, timeout_s=5)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    cfg, mix = join(c, _cfg(relay), tmp_path / "a", events)
+    assert mix is None and cfg.completions == 8 and not pending(c)  # alone, on its own mix
+    assert join(pinned, _cfg(relay, manifest_digest="0" * 64), tmp_path / "b", events)[1] is None
+    assert [e.state for e in seen if isinstance(e, ev.Relay)] == ["unreachable", "unreachable"]
+    relay.start()
+    try:
+        _connect(c)
+        assert pending(c)  # the runner's round boundary (Node._follow_swarm) decides now
+        cfg, mix = follow(c, _cfg(relay), tmp_path / "a", events)
+        m = _manifest(tmp_path)
+        assert mix is not None and mix.digest == manifest_digest(m) and not pending(c)
+        assert cfg.completions == 4 and cfg.tasks == ["basic_arithmetic", "chain_sum"]
+        (adopted,) = [e for e in seen if isinstance(e, ev.SwarmManifest)]
+        assert adopted.state == "adopted" and adopted.mix == ["basic_arithmetic x2 max_digits 1..2", "chain_sum"]
+        assert json.loads((tmp_path / "a" / RECORD).read_text())["digest"] == manifest_digest(m)
+        # A node whose invite pins another digest refuses it then, says why, and stays alone.
+        _connect(pinned)
+        cfg, mix = follow(pinned, _cfg(relay, manifest_digest="0" * 64), tmp_path / "b", events)
+        assert mix is None and cfg.completions == 8 and not pending(pinned) and not pinned.connected
+        refused = [e for e in seen if isinstance(e, ev.SwarmManifest) and e.state == "refused"]
+        assert len(refused) == 1 and "the invite pins 000000000000" in refused[0].reason
+        assert not (tmp_path / "b" / RECORD).exists()
+    finally:
+        c.close()
+        relay.stop()
+
+
+def test_a_manifest_changed_between_connections_is_reported_not_followed(tmp_path):
+    relay = RelayProcess(tmp_path / "relay", "--swarms", str(_file(tmp_path, GOOD))).start()
+    seen: list[object] = []
+    events = EventLog()
+    events.add(seen.append)
+    c = SwarmClient(relay.url, "arithmetic", A, "smollm2-135m", None, on_status=events.status,
+                    on_manifest=events.emit, timeout_s=5)
+    try:
+        cfg, mix = join(c, _cfg(relay), tmp_path, events)
+        assert mix is not None and cfg.max_tokens == 48
+        # The operator edits the file and restarts the relay (same port, same data) while the node trains.
+        relay.stop()
+        changed = tmp_path / "changed"
+        changed.mkdir()
+        text = GOOD.replace("max_tokens = 48", "max_tokens = 64", 1).replace(
+            "\n[swarms.secret]", "\n[swarms.arithmetic.tasks.gcd]\n\n[swarms.secret]")
+        port = relay.port
+        relay = RelayProcess(tmp_path / "relay", "--swarms", str(_file(changed, text)))
+        relay.port = port
+        relay.start()
+        assert c.stats() is None and not c.connected  # the old connection is gone: dropped, retried later
+        _connect(c)
+        changes = [e for e in seen if isinstance(e, ev.SwarmManifest) and e.state == "changed"]
+        assert len(changes) == 1 and changes[0].joined_digest == mix.digest
+        assert changes[0].changes == ["max_tokens", "task gcd added"]
+        assert c.joined == mix.manifest and not pending(c)  # the node keeps the one it joined with
+        c.close()
+        _connect(c)  # told once, not at every reconnection
+        assert len([e for e in seen if isinstance(e, ev.SwarmManifest) and e.state == "changed"]) == 1
+    finally:
+        c.close()
+        relay.stop()
+
+
+def test_the_start_line_names_the_manifest_followed_instead_of_the_preset():
+    lines = io.StringIO()
+    show = terminal_printer(lines)
+    start = dict(node_id="n", node_name="N", model="smollm2-135m", model_path="m.gguf", round_start=0, round_end=2,
+                 threads=1, settings={"preset": "easy", "swarm": "sums", "completions": 4})
+    show(ev.Start(**start, mix=["basic_arithmetic max_digits 1..2"], manifest="ab" * 32))
+    show(ev.Start(**start, mix=["basic_arithmetic"]))
+    followed, alone = lines.getvalue().splitlines()
+    assert "swarm sums's manifest abababababab: basic_arithmetic max_digits 1..2" in followed
+    assert "preset" not in followed and "preset easy" in alone

@@ -55,6 +55,10 @@ class Start(Event, tag="start", frozen=True):
     trains_on: str = ""
     samples_on: str = ""
     accel_fix: str = ""
+    # The tasks this node draws from, in short words: its swarm's manifest's (wire.manifest.mix_summary) where it
+    # follows one (``manifest``: that manifest's digest), else its own mix's (the preset's, or --tasks).
+    mix: list[str] = []
+    manifest: str = ""
 
 
 State = Literal["running", "paused", "finishing", "stopping"]

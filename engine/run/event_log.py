@@ -86,7 +86,9 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
         match e:
             case ev.Start():
                 st = e.settings
-                line = (f"node {e.node_name} | model {e.model} | preset {st.get('preset')} | "
+                mix = (f"swarm {st.get('swarm')}'s manifest {e.manifest[:12]}: {'; '.join(e.mix)}" if e.manifest
+                       else f"preset {st.get('preset')}")
+                line = (f"node {e.node_name} | model {e.model} | {mix} | "
                         f"I={st.get('local_groups')} J={st.get('external_groups')} L={st.get('completions')} | "
                         f"rounds {e.round_start + 1}..{e.round_end}")
                 if e.trains_on:

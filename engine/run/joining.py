@@ -1,6 +1,9 @@
 """Joining a swarm that has a manifest (wire/manifest.py): which manifest this node follows, and its mix.
 
-At start the runner connects once and reads the relay's manifest from its welcome. Then, in this order:
+At start the runner connects once and reads the relay's manifest from its welcome (``join``). A node that could
+not reach its relay then (or whose relay had no manifest) trains on its own mix; once it connects and the relay
+announces a manifest, the node takes the same decision at its next round boundary (``pending``, ``follow``;
+engine/run/node.py) and switches its mix there. In this order:
 - a manifest the node cannot check (bounds, digest, caps) was already refused by the client: train alone;
 - a pinned digest (``manifest_digest``, e.g. from an invite link) that differs: refused, train alone;
 - a digest recorded in the data dir (``swarm-manifest.json``, the one this node joined with before) that
@@ -20,7 +23,7 @@ from pathlib import Path
 from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.run.event_log import EventLog
-from engine.sharing.swarm_client import SwarmClient, manifest_changed
+from engine.sharing.swarm_client import SwarmClient
 from engine.tasks.swarm_mix import SwarmMix, swarm_mix
 from wire import events as ev
 from wire.manifest import Manifest, decode_manifest, manifest_bytes, manifest_digest, mix_summary
@@ -31,6 +34,17 @@ RECORD = "swarm-manifest.json"
 def join(client: SwarmClient, cfg: NodeConfig, data_dir: Path, events: EventLog) -> tuple[NodeConfig, SwarmMix | None]:
     """The settings and mix this node runs with in ``client``'s swarm (the mix None: its own)."""
     client.ensure_connected()  # a refusal that retrying cannot fix is a SapoError here, as before
+    return follow(client, cfg, data_dir, events)
+
+
+def pending(client: SwarmClient) -> bool:
+    """True if the relay has announced a manifest this node has not yet decided on (it started alone)."""
+    return client.manifest is not None and client.joined is None and client.refused is None
+
+
+def follow(client: SwarmClient, cfg: NodeConfig, data_dir: Path,
+           events: EventLog) -> tuple[NodeConfig, SwarmMix | None]:
+    """The decision on the manifest ``client`` holds (see the module's docstring): ``cfg`` and None unless adopted."""
     if client.refused is not None or client.manifest is None:
         return cfg, None  # refused: already said; no manifest: today's behaviour
     announced, digest = client.manifest, client.manifest_digest or manifest_digest(client.manifest)
@@ -41,7 +55,7 @@ def join(client: SwarmClient, cfg: NodeConfig, data_dir: Path, events: EventLog)
     manifest = announced
     recorded = _recorded(data_dir, cfg.swarm, events)
     if recorded is not None and cfg.manifest_digest is None and manifest_digest(recorded) != digest:
-        events.emit(manifest_changed(recorded, announced))
+        client.tell_change(recorded, announced, digest, events.emit)
         manifest, digest = recorded, manifest_digest(recorded)
     try:
         mix = swarm_mix(manifest, digest, cfg.task_config, cfg.task_levels)

@@ -51,6 +51,7 @@ from engine.learning.grpo import build_groups
 from engine.learning.trainer import TrainConfig, Trainer, TrainStats
 from engine.models.accel import memory_budget
 from engine.models.prepare import PreparedModel
+from engine.run import joining
 from engine.run.backbone import Backbone
 from engine.run.evaluate import evaluate
 from engine.run.event_log import EventLog
@@ -118,16 +119,8 @@ class Node:
         torch.set_num_threads(threads)
         self.backbone = backbone or Backbone.load(model, cfg, threads)
         self.llm, self.policy, self.sandbox = self.backbone.llm, self.backbone.policy, self.backbone.sandbox
-        self.heldout = heldout_set(self.mix, cfg.eval_per_task)
-        self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
-        self.stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout)  # the first I draws of a round
-        self.extra_stream = QuestionStream(self.mix, node_id, cfg.seed, self.heldout, lane="extra",  # any beyond
-                                           levels_from=self.stream)
+        self._take_mix()  # held-out set, question streams, prompts, sampling params
         self.generator = RolloutGenerator(self.llm, seed=derive_seed("sampling", node_id, cfg.seed))
-        self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
-                                     logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
-        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens,
-                                  cfg.prompts)
         self.state = NodeState(config=dataclasses.asdict(cfg) | {"token": None, "model_path": str(model.path)},
                                model=model.name)
         # This node's own initial LoRA (a checkpoint, if any, replaces it below)
@@ -136,13 +129,10 @@ class Node:
             cfg, memory_budget(cfg.train_memory_mb, self.backbone.device)))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", model.architecture)
         self.checkpoints = CheckpointStore(data_dir / "checkpoints")
+        self.data_dir = data_dir
         self.swarm = swarm
         self._last_stats: StatsReply | None = None  # the relay's view after the last round, for the swarm event
-        self.verifier = Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
-                                 detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids,
-                                 completions=cfg.completions, max_tokens=cfg.max_tokens,
-                                 format_bonus=cfg.format_bonus, any_task=cfg.external_any_task, model=model.name,
-                                 swarm_admits=swarm_mix.admits if swarm_mix is not None else None)
+        self.verifier = self._make_verifier()
         self.rejected_total: Counter[str] = Counter()
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
@@ -153,6 +143,55 @@ class Node:
         self._resume()
         frontier.check_levels(self.mix, cfg.task_levels)
         for task, level in cfg.task_levels.items():  # starting levels; a checkpoint's levels go on instead
+            self.stream.state.levels.setdefault(task, {"level": level, "success": None, "graded": 0})
+
+    def _take_mix(self) -> None:
+        """What follows from the mix: held-out set, question streams (their states go on: a question drawn
+        before is never drawn again), prompts, sampling params. At start, and when a manifest is adopted."""
+        cfg, old = self.cfg, getattr(self, "stream", None)
+        self.heldout = heldout_set(self.mix, cfg.eval_per_task)
+        self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
+        self.stream = QuestionStream(self.mix, self.node_id, cfg.seed, self.heldout,  # the first I draws of a round
+                                     state=old.state if old is not None else None)
+        self.extra_stream = QuestionStream(self.mix, self.node_id, cfg.seed, self.heldout, lane="extra",  # beyond I
+                                           state=self.extra_stream.state if old is not None else None,
+                                           levels_from=self.stream)
+        self.params = SamplingParams(cfg.max_tokens, cfg.temperature, cfg.top_k, cfg.top_p, cfg.stop_at_answer,
+                                     logprobs=cfg.importance_cap > 0 or cfg.share_logprobs)
+        self.prompt_ids = Prompts(self.mix, cfg.fewshot, self._heldout_keys, self.llm.prompt_tokens, cfg.prompts)
+
+    def _make_verifier(self) -> Verifier:
+        cfg, mix = self.cfg, self.swarm_mix
+        return Verifier(self.mix, self.heldout, self.sandbox, tokenize=self.llm.tokenize,
+                        detokenize=self.llm.detokenize, prompt_ids=self.prompt_ids, completions=cfg.completions,
+                        max_tokens=cfg.max_tokens, format_bonus=cfg.format_bonus, any_task=cfg.external_any_task,
+                        model=self.model_name, swarm_admits=mix.admits if mix is not None else None)
+
+    def _follow_swarm(self) -> None:
+        """A node that started alone (its relay unreachable, or without a manifest then) decides on the swarm's
+        manifest at the first round boundary after its relay announced one (engine/run/joining.py)."""
+        if self.swarm is None or self.swarm_mix is not None:
+            return
+        self.swarm.ensure_connected()  # no extra tries: it keeps to the client's backoff
+        if not joining.pending(self.swarm):
+            return
+        cfg, mix = joining.follow(self.swarm, self.cfg, self.data_dir, self.events)
+        if mix is not None:
+            self.adopt(cfg, mix)
+
+    def adopt(self, cfg: NodeConfig, swarm_mix: SwarmMix) -> None:
+        """Between rounds: run a manifest's mix and settings (``joining.follow``'s) from the next round on. The
+        policy, optimizer and history go on; frontier levels go on only for tasks whose settings are unchanged."""
+        cfg.check_resolved()
+        before = [(o.dataset, o.config) for o in self.mix]
+        same = {e.dataset for e in swarm_mix.mix if (e.dataset, e.config) in before}
+        self.cfg, self.swarm_mix, self.mix = cfg, swarm_mix, swarm_mix.mix
+        self.stream.state.levels = {t: v for t, v in self.stream.state.levels.items() if t in same}
+        self._take_mix()
+        trained, self.verifier = self.verifier, self._make_verifier()
+        self.verifier.remember_all(trained)  # a group trained before is still a replay
+        self.state.config = dataclasses.asdict(cfg) | {"token": None, "model_path": self.state.config["model_path"]}
+        for task, level in cfg.task_levels.items():
             self.stream.state.levels.setdefault(task, {"level": level, "success": None, "graded": 0})
 
     @property
@@ -217,6 +256,7 @@ class Node:
 
     # --- the round ---
     def run_round(self) -> dict[str, Any]:
+        self._follow_swarm()
         if self.round == 0 and self.cfg.eval_every and not self.state.history:
             # The baseline, before any training: its own time (its eval event's eval_s), not round 1's, so that
             # round 1's round_s is a round's time like any other (the app estimates time remaining from them).

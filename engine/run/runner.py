@@ -7,7 +7,7 @@ import dataclasses
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
@@ -20,6 +20,11 @@ from engine.sharing.keyfile import load_or_create
 from wire import events as ev
 from wire.invite import InviteError, parse_invite
 from wire.identity import display_name
+from wire.manifest import mix_summary
+
+if TYPE_CHECKING:  # imported where used: the model's libraries load after the settings are checked
+    from engine.tasks.questions import TaskEntry
+    from engine.tasks.swarm_mix import SwarmMix
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +102,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         target = args.rounds or None
         events.emit(ev.Start(node_id=node_id, node_name=display_name(node_id), model=model.name,
                              model_path=str(model.path), round_start=node.round, round_end=target, threads=cfg.threads,
-                             settings=_public(cfg), **_placement(node.backbone.placement)))
+                             settings=_public(cfg), mix=mix_words(node.mix, mix),
+                             manifest=mix.digest if mix is not None else "", **_placement(node.backbone.placement)))
         history = HistoryFile(data_dir)
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)
@@ -138,6 +144,13 @@ def invite_settings(link: str | None) -> dict[str, Any]:
         if value is not None:
             values[name] = value
     return values
+
+
+def mix_words(entries: Sequence[TaskEntry], followed: SwarmMix | None) -> list[str]:
+    """The mix for the start event: a followed manifest's in its short words, else the node's own entries."""
+    if followed is not None:
+        return mix_summary(followed.manifest)
+    return [e.dataset + (f" x{e.weight:g}" if e.weight != 1.0 else "") for e in entries]
 
 
 def _refine_estimate(threads: int, model: Any, cfg: Any, metrics: dict[str, Any]) -> None:

@@ -204,6 +204,13 @@ class Verifier:
         while len(self._trained) > REPLAY_MEMORY:
             self._trained.popitem(last=False)
 
+    def remember_all(self, other: Verifier) -> None:
+        """What ``other`` has trained on (a verifier replaced for a new mix): its copies stay replays here."""
+        for digest in other._trained:
+            self._trained[digest] = None
+        while len(self._trained) > REPLAY_MEMORY:
+            self._trained.popitem(last=False)
+
 
 def claims_consistent(claimed: list[float], scored: list[tuple[float, bool]]) -> bool:
     """True if each claim is our task score, plus one shared bonus in [0, MAX_FORMAT_BONUS] where well formed."""

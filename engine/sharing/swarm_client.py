@@ -202,11 +202,16 @@ class SwarmClient:
             return False
         digest = welcome.manifest_digest
         self.manifest, self.manifest_digest = manifest, digest  # the latest announced
-        if self.joined is not None and digest != manifest_digest(self.joined) and digest not in self._changes_told:
-            self._changes_told.add(digest)
-            if self.on_manifest is not None:
-                self.on_manifest(manifest_changed(self.joined, manifest))
+        if self.joined is not None and self.on_manifest is not None:
+            self.tell_change(self.joined, manifest, digest, self.on_manifest)
         return True
+
+    def tell_change(self, joined: Manifest, announced: Manifest, digest: str,
+                    emit: Callable[[ev.SwarmManifest], object]) -> None:
+        """Report (once per announced digest) a manifest other than the one this node follows: what changed."""
+        if digest != manifest_digest(joined) and digest not in self._changes_told:
+            self._changes_told.add(digest)
+            emit(manifest_changed(joined, announced))
 
     def refuse(self, why: str) -> None:
         """Stop using this relay for good (a bad manifest, a pinned digest that does not match): train alone."""

@@ -1,0 +1,70 @@
+"""Fetches a relay's public swarms (``GET /swarms``, wire/swarm_list.py) for the join page, without blocking the UI.
+
+Qt's own networking (one request at a time; a new one replaces the one in flight), a timeout, and a cap on the
+answer's size: the relay is whatever address the volunteer typed. Outcomes are two signals: ``listed`` with the
+swarms, or ``failed`` with one line to show.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QUrl, Signal
+from PySide6.QtNetwork import QNetworkAccessManager, QNetworkReply, QNetworkRequest
+
+from wire.swarm_list import MAX_LIST_BYTES, decode_swarm_list, swarms_url
+
+TIMEOUT_MS = 8000
+
+
+class SwarmLister(QObject):
+    listed = Signal(list)  # list[wire.swarm_list.PublicSwarm]
+    failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._net = QNetworkAccessManager(self)
+        self._reply: QNetworkReply | None = None
+
+    def fetch(self, relay: str) -> None:
+        """Ask the relay (its first URL) for its public swarms; the answer comes as ``listed`` or ``failed``."""
+        self.cancel()
+        try:
+            url = swarms_url(relay)
+        except ValueError as exc:
+            self.failed.emit(str(exc))
+            return
+        request = QNetworkRequest(QUrl(url))
+        request.setTransferTimeout(TIMEOUT_MS)
+        reply = self._reply = self._net.get(request)
+        reply.downloadProgress.connect(self._on_progress)
+        reply.finished.connect(lambda: self._on_finished(reply, url))
+
+    def cancel(self) -> None:
+        reply, self._reply = self._reply, None
+        if reply is not None:
+            reply.abort()  # its finished signal still comes, for a reply no longer current: ignored
+            reply.deleteLater()
+
+    def _on_progress(self, received: int, _total: int) -> None:
+        if received > MAX_LIST_BYTES and self._reply is not None:
+            self._reply.abort()
+
+    def _on_finished(self, reply: QNetworkReply, url: str) -> None:
+        if reply is not self._reply:
+            return
+        self._reply = None
+        reply.deleteLater()
+        if reply.error() != QNetworkReply.NetworkError.NoError:
+            if reply.error() == QNetworkReply.NetworkError.OperationCanceledError:
+                why = f"over {MAX_LIST_BYTES // 1024} KiB, or no answer in time"
+            elif reply.error() == QNetworkReply.NetworkError.ContentNotFoundError:
+                why = "this relay does not list swarms (an older relay?): type the swarm's name"
+            else:
+                why = reply.errorString()
+            self.failed.emit(f"could not list the swarms at {url}: {why}")
+            return
+        try:
+            swarms = decode_swarm_list(bytes(reply.readAll().data()))
+        except ValueError as exc:
+            self.failed.emit(f"{url}: {exc}")
+            return
+        self.listed.emit(swarms)
