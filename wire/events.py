@@ -171,6 +171,7 @@ class Round(Event, tag="round", frozen=True):
     gen_prompt_tokens_computed: int = 0  # those sampling actually decoded (a task's shared preamble once)
     eval_s: float | None = None  # rounds that evaluated
     dead_slots_filled: int = 0  # own groups without spread replaced (fill_dead_slots): extra draws or swarm groups
+    paired_reward_mean: float | None = None  # reward on the main question stream's groups (paired experiments)
     # the swarm: relay_connected is None when no relay is configured
     external_groups: int = 0
     rejected_groups: int = 0
