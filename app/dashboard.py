@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFrame, QGridLayout, QHBoxLayo
 from app import palette
 from app.charts import GroupsChart, ProgressChart, TimeChart
 from app.run_model import LOG_SIZE, RunModel
+from app.try_model import TryModelTab
 
 REASON_WORDS = {
     "bad_spec": "unknown or malformed task",
@@ -210,6 +211,8 @@ class Dashboard(QWidget):
         self.log.setTabChangesFocus(True)  # read-only: Tab moves on rather than being swallowed
         self.tabs.addTab(self.feed, "Recent answers")
         self.tabs.addTab(swarm, "Swarm")
+        self.try_model = TryModelTab()
+        self.tabs.addTab(self.try_model, "Try your model")
         self.tabs.addTab(self.log, "Log")
         return self.tabs
 

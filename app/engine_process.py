@@ -143,6 +143,10 @@ class EngineProcess(QObject):
     def set_threads(self, threads: int) -> bool:
         return self.send(ev.SetThreads(threads=threads))
 
+    def ask(self, command: ev.Ask) -> bool:
+        """Try the model: answered by an ``answer`` event at the engine's next pause point."""
+        return self.send(command)
+
     # --- slots ---
     def _on_stdout_line(self, line: str) -> None:
         try:

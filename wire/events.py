@@ -49,6 +49,7 @@ class Start(Event, tag="start", frozen=True):
     threads: int
     settings: dict[str, Any] = {}  # every NodeConfig field, resolved, secrets left out
     schema: int = SCHEMA_VERSION
+    tasks: list[str] = []  # the tasks of the node's mix: what an ``ask`` may draw a question from
 
 
 State = Literal["running", "paused", "finishing", "stopping"]
@@ -239,10 +240,38 @@ class History(Event, tag="history", frozen=True):
     events: list[Round | Eval] = []
 
 
+MAX_ANSWER_CHARS = 2000  # an answer's text in an ``answer`` event, cut here
+
+
+class Answer(Event, tag="answer", frozen=True):
+    """The reply to an ``ask`` (same ``id``): the base model's answer (LoRA off) beside the trained one's,
+    both greedy from llama.cpp, served at the node's next pause point.
+
+    ``trained`` is None before the first round has trained an adapter. With a ``task``, ``question`` is the
+    one drawn from it, ``expected`` its reference answer, and the scores are the task's own (0 to 1) and whether each
+    answer is fully correct; a typed question has no scores. ``error``:
+    why there is no answer (an unknown task, ...), one line.
+    """
+
+    id: str
+    question: str = ""
+    task: str = ""
+    base: str = ""
+    trained: str | None = None
+    base_score: float | None = None  # the task's score, 0 to 1 (no format bonus)
+    trained_score: float | None = None
+    base_correct: bool | None = None
+    trained_correct: bool | None = None
+    expected: str = ""
+    round: int = 0  # the trained answer's model: after this many rounds
+    seconds: float = 0.0
+    error: str = ""
+
+
 AnyEvent = (Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
-            | Relay | History)
+            | Relay | History | Answer)
 EVENT_TYPES: tuple[type[Event], ...] = (Start, StateChanged, PhaseProgress, Download, Status, Warning, ErrorEvent,
-                                        Stop, Round, Eval, Swarm, Relay, History)
+                                        Stop, Round, Eval, Swarm, Relay, History, Answer)
 
 
 # --- commands into a node --------------------------------------------------------------
@@ -275,7 +304,32 @@ class SetThreads(Command, tag="set_threads", frozen=True):
             raise ValueError("threads must be 1..1024")
 
 
-AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads
+MAX_QUESTION_CHARS = 2000
+MAX_ASK_TOKENS = 512
+
+
+class Ask(Command, tag="ask", frozen=True):
+    """Try the model: ``question`` (typed) or ``task`` (a question drawn from one of the node's tasks),
+    answered by the base model and the trained one in an ``answer`` event with the same ``id``, at the
+    node's next pause point (at most a round away; at once while paused). ``max_tokens`` bounds each answer."""
+
+    id: str
+    question: str = ""
+    task: str = ""
+    max_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.id) <= 64:
+            raise ValueError("id must be 1..64 characters")
+        if bool(self.question.strip()) == bool(self.task):
+            raise ValueError("give either a question or a task")
+        if len(self.question) > MAX_QUESTION_CHARS:
+            raise ValueError(f"a question is at most {MAX_QUESTION_CHARS} characters")
+        if not 1 <= self.max_tokens <= MAX_ASK_TOKENS:
+            raise ValueError(f"max_tokens must be 1..{MAX_ASK_TOKENS}")
+
+
+AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads | Ask
 
 
 # --- encode / decode -------------------------------------------------------------------
