@@ -1,6 +1,7 @@
 """A scripted stand-in for ``sapo-engine run`` in the app's window tests: says the event lines of a
 JSON-lines file (argv[1]) on stdout, then follows pause, resume and stop commands on stdin as the real loop
-does; an ``ask`` is answered by the next ``answer`` event of an optional second file (argv[2]), with the ask's id.
+does; an ``ask`` is answered by the next ``answer`` event of the JSON-lines file named by $SCRIPTED_ANSWERS (if
+set), with the ask's id. The window's engine arguments follow argv[1] and are ignored.
 
 Real Qt, a real child process and the real channel (events out, commands in); only the training is
 left out, so the window's tests of what it shows take a second, not minutes of model loading.
@@ -9,6 +10,7 @@ left out, so the window's tests of what it shows take a second, not minutes of m
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -21,8 +23,8 @@ def main() -> None:
     with open(sys.argv[1], encoding="utf-8") as fh:
         script = [line for line in fh if line.strip()]
     answers = []
-    if len(sys.argv) > 2:
-        with open(sys.argv[2], encoding="utf-8") as fh:
+    if os.environ.get("SCRIPTED_ANSWERS"):
+        with open(os.environ["SCRIPTED_ANSWERS"], encoding="utf-8") as fh:
             answers = [json.loads(line) for line in fh if line.strip()]
     rnd = 0
     for line in script:

@@ -25,9 +25,9 @@ def _start(tmp_path: Path, qtbot, window: MainWindow, monkeypatch, answers: list
               ev.StateChanged(state="running", round=3)]
     (tmp_path / "events.jsonl").write_bytes(b"".join(ev.encode(e) for e in events))
     (tmp_path / "answers.jsonl").write_bytes(b"".join(ev.encode(a) for a in answers))
+    monkeypatch.setenv("SCRIPTED_ANSWERS", str(tmp_path / "answers.jsonl"))
     monkeypatch.setattr(engine_process, "engine_program",
-                        lambda: (sys.executable, [str(SCRIPT), str(tmp_path / "events.jsonl"),
-                                                  str(tmp_path / "answers.jsonl")]))
+                        lambda: (sys.executable, [str(SCRIPT), str(tmp_path / "events.jsonl")]))
     sent: list[str] = []
     window.engine.send = _recording(window.engine.send, sent)  # the real send, its lines kept for the test
     window.start()
