@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from wire.points import ADOPTED_POINTS, Sample, points, points_per_day
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY = 86_400.0
 T0 = dt.datetime(2025, 3, 1, 9, tzinfo=UTC).timestamp()
 
@@ -46,4 +47,4 @@ def test_days_add_up_to_the_highest_total_and_never_go_negative(raw):
     assert sum(p for _, p in days) == top  # a relay's reset (totals going back) is no loss, nor counted twice
     dates = [d for d, _ in days]
     assert dates == sorted(dates) and len(set(dates)) == len(dates)
-    assert all((b - a).days == 1 for a, b in zip(dates, dates[1:]))
+    assert all((b - a).days == 1 for a, b in itertools.pairwise(dates))
