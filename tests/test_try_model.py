@@ -17,6 +17,8 @@ import pytest
 from engine.run.control import MAX_PENDING_ASKS, Control
 from wire import events as ev
 
+# One real node start and round: ~2 min idle, far more on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(3000)
 NODE_ID = "7e11" * 8
 # One round of a tiny node with a learning rate high enough that one update moves greedy answers.
 ONE_ROUND = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",
@@ -63,7 +65,11 @@ class Engine:
         if self.proc.poll() is None:
             self.send(ev.StopCommand())
             self.proc.stdin.close()
-            self.proc.wait(120)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:  # never leave a node running behind a failed test
+                self.proc.kill()
+                self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +90,7 @@ def asked(tmp_path_factory, model_cache):
         while len(answers) < 3:
             a = engine.wait_for(lambda e: isinstance(e, ev.Answer), 300)
             answers[a.id] = a
-        engine.send(ev.Resume())  # the run goes on after the questions: its target is reached, it stops
+        engine.send(ev.StopCommand())  # a paused node stops at once
         engine.wait_for(lambda e: isinstance(e, ev.Stop), 300)
     finally:
         engine.stop()
