@@ -1,6 +1,6 @@
 """A scripted walkthrough of "Try your model" and the Points tab, for docs/screenshots/.
 
-    xvfb-run -a python scripts/try_model_walkthrough.py OUT_DIR
+    xvfb-run -a python scripts/try_model_walkthrough.py OUT_DIR [DATA_DIR]
 
 The real window with the real engine (the bundled model, offline, a tiny node: 4 questions x 4 answers of at
 most 24 tokens, learning rate 0.02 so that one round visibly moves its answers): it trains one round and pauses
@@ -8,6 +8,8 @@ most 24 tokens, learning rate 0.02 so that one round visibly moves its answers):
 the engine's llama.cpp, the base one with the adapter off. Saves try-your-model.png (the drawn question) and
 try-your-model-typed.png, then points.png: the Points tab replaying docs/swarm-demo.jsonl (two nodes on a
 local relay, 5 rounds). Throw-away config and data dirs; the model cache is the user's (SAPO_CACHE_DIR).
+DATA_DIR: a data dir this script's node trained before (it has a checkpoint): the node resumes and is paused
+before its next round instead, so the answers are those of its last checkpoint.
 """
 
 from __future__ import annotations
@@ -50,25 +52,30 @@ def main() -> int:
             settle(200)
         print(f"{what}: {time.monotonic() - t0:.0f} s", flush=True)
 
-    window = MainWindow(AppSettings(data_dir=str(home / "data")), extra_engine_args=ENGINE_ARGS)
+    data = Path(sys.argv[2]) if len(sys.argv) > 2 else home / "data"
+    resumed = (data / "checkpoints").is_dir()
+    window = MainWindow(AppSettings(data_dir=str(data)), extra_engine_args=ENGINE_ARGS)
     window.resize(1200, 860)
     window.show()
     tab = window.dashboard.try_model
     window.dashboard.tabs.setCurrentWidget(tab)
     window.start()
     wait("the engine's start", lambda: window.engine.state == "running", 1200)
-    window.engine.finish()  # round 1, then paused: the answers come at once
-    wait("round 1, then paused", lambda: window.engine.state == "paused", 1800)
+    if resumed:  # paused before its next round
+        window.pause()
+    else:  # round 1, then paused
+        window.engine.finish()
+    wait("paused", lambda: window.engine.state == "paused", 3600)
 
     tab.source.setCurrentIndex(tab.source.findData("basic_arithmetic"))
     tab.ask()
-    wait("the drawn question's answers", lambda: tab.pending is None, 600)
+    wait("the drawn question's answers", lambda: tab.pending is None, 3600)
     settle(500)
     window.grab().save(str(out / "try-your-model.png"))
     tab.source.setCurrentIndex(0)
     tab.question.setText(TYPED)
     tab.ask()
-    wait("the typed question's answers", lambda: tab.pending is None, 600)
+    wait("the typed question's answers", lambda: tab.pending is None, 3600)
     settle(500)
     window.grab().save(str(out / "try-your-model-typed.png"))
     print("drawn/typed answers:", tab.asked_text.text(), "|", tab.base_text.toPlainText()[:80], "|",
