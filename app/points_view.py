@@ -8,7 +8,7 @@ that another volunteer trained on, plus 1 a round trained, up to one per such gr
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app import palette
 from app.run_model import RunModel
@@ -40,14 +40,17 @@ class PointsView(QWidget):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.setMenuEnabled(False)
         self.chart.hideButtons()
-        self.chart.setMinimumHeight(160)
+        self.chart.setMinimumHeight(80)
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.7, brush=palette.REWARD)
         self.chart.addItem(self.bars)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.total)
-        layout.addWidget(self.caption)
-        layout.addWidget(self.explain)
-        layout.addWidget(self.chart, 1)
+        self.explain.setMinimumWidth(260)
+        figures = QVBoxLayout()  # the total and what it means beside the chart: the tab stays short
+        figures.addWidget(self.total)
+        figures.addWidget(self.caption)
+        figures.addWidget(self.explain, 1)
+        layout = QHBoxLayout(self)
+        layout.addLayout(figures, 1)
+        layout.addWidget(self.chart, 3)
         self.days: list[tuple[object, int]] = []
 
     def update_from(self, model: RunModel) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFrame, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
+                               QPushButton, QScrollArea, QVBoxLayout, QWidget)
 
 from app import palette
 from wire import events as ev
@@ -61,11 +61,19 @@ class TryModelTab(QWidget):
         answers.addWidget(self.base_box, 0, 0)
         answers.addWidget(self.trained_box, 0, 1)
 
-        layout = QVBoxLayout(self)
+        inner = QWidget()
+        layout = QVBoxLayout(inner)
         layout.addLayout(row)
         layout.addWidget(self.status)
         layout.addWidget(self.asked_text)
         layout.addLayout(answers, 1)
+        scroll = QScrollArea()  # a short window scrolls the tab rather than growing the dashboard
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(inner)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
         self.set_live(False)
 
     # --- what the window tells it ---
@@ -152,6 +160,7 @@ def _answer_box(title: str) -> tuple[QGroupBox, QPlainTextEdit, QLabel]:
     box = QGroupBox(title)
     text = QPlainTextEdit()
     text.setReadOnly(True)
+    text.setMinimumHeight(36)  # the dashboard's lower half is short: the box grows with the window
     text.setAccessibleName(title)
     text.setTabChangesFocus(True)
     score = QLabel("")

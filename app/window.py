@@ -248,7 +248,7 @@ class MainWindow(QMainWindow):
             self.dashboard.try_model.show_answer(event)
             return
         if isinstance(event, ev.Start):
-            self.dashboard.try_model.set_tasks(event.tasks)
+            self.dashboard.try_model.set_tasks(event.task_mix)
         self.model.apply(event)
         self.schedule_refresh()
 

@@ -21,7 +21,7 @@ NODE = "cd" * 16
 def _start(tmp_path: Path, qtbot, window: MainWindow, monkeypatch, answers: list[ev.Answer]) -> list[str]:
     """The window's engine as the scripted child; returns the command lines it was sent (from the log)."""
     events = [ev.Start(node_id=NODE, node_name="calm-heron-07", model="smollm2-135m", model_path="/m.gguf",
-                       round_start=3, round_end=None, threads=2, tasks=["basic_arithmetic", "gcd"]),
+                       round_start=3, round_end=None, threads=2, task_mix=["basic_arithmetic", "gcd"]),
               ev.StateChanged(state="running", round=3)]
     (tmp_path / "events.jsonl").write_bytes(b"".join(ev.encode(e) for e in events))
     (tmp_path / "answers.jsonl").write_bytes(b"".join(ev.encode(a) for a in answers))

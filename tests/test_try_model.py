@@ -99,7 +99,7 @@ def asked(tmp_path_factory, model_cache):
 
 def test_start_names_the_tasks_an_ask_may_draw_from(asked):
     start, _, _ = asked
-    assert start.tasks == ["basic_arithmetic"]
+    assert start.task_mix == ["basic_arithmetic"]
 
 
 def test_a_typed_question_gets_the_base_and_the_trained_answer_as_llama_cpp_gives_them(asked):

@@ -49,7 +49,7 @@ class Start(Event, tag="start", frozen=True):
     threads: int
     settings: dict[str, Any] = {}  # every NodeConfig field, resolved, secrets left out
     schema: int = SCHEMA_VERSION
-    tasks: list[str] = []  # the tasks of the node's mix: what an ``ask`` may draw a question from
+    task_mix: list[str] = []  # the tasks an ``ask`` may draw from ("tasks" is a setting in old, flat files)
 
 
 State = Literal["running", "paused", "finishing", "stopping"]

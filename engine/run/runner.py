@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         target = args.rounds or None
         events.emit(ev.Start(node_id=node_id, node_name=display_name(node_id), model=model.name,
                              model_path=str(model.path), round_start=node.round, round_end=target, threads=cfg.threads,
-                             settings=_public(cfg), tasks=[e.dataset for e in node.mix]))
+                             settings=_public(cfg), task_mix=[e.dataset for e in node.mix]))
         history = HistoryFile(data_dir)
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)
