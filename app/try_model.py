@@ -33,6 +33,7 @@ class TryModelTab(QWidget):
 
         self.source = QComboBox()
         self.source.setAccessibleName("where the question comes from")
+        self.source.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)  # task names in full
         self.source.addItem(OWN_QUESTION, "")
         self.source.currentIndexChanged.connect(self._on_source)
         self.question = QLineEdit()
