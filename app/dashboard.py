@@ -16,6 +16,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QFrame, QGridLayout, QHBoxLayo
 from app import palette
 from app.charts import GroupsChart, ProgressChart, TimeChart
 from app.run_model import LOG_SIZE, RunModel
+from wire.points import points
+from app.points_view import PointsView
+from app.try_model import TryModelTab
 
 REASON_WORDS = {
     "bad_spec": "unknown or malformed task",
@@ -201,7 +204,7 @@ class Dashboard(QWidget):
         self.feed = _table(["from", "question", "answer", "reward"])
         self.feed.setToolTip("Recent answers, this computer's own and those received from the swarm.")
         self.feed.setAccessibleName("recent answers")
-        self.leaderboard = _table(["place", "volunteer", "shared", "used by others", "rounds"])
+        self.leaderboard = _table(["place", "volunteer", "points", "shared", "used by others", "rounds"])
         self.leaderboard.setAccessibleName("leaderboard of the swarm")
         self.refused = QLabel("")
         self.refused.setWordWrap(True)
@@ -216,6 +219,10 @@ class Dashboard(QWidget):
         self.log.setTabChangesFocus(True)  # read-only: Tab moves on rather than being swallowed
         self.tabs.addTab(self.feed, "Recent answers")
         self.tabs.addTab(swarm, "Swarm")
+        self.points_view = PointsView()
+        self.tabs.addTab(self.points_view, "Points")
+        self.try_model = TryModelTab()
+        self.tabs.addTab(self.try_model, "Try your model")
         self.tabs.addTab(self.log, "Log")
         return self.tabs
 
@@ -281,6 +288,7 @@ class Dashboard(QWidget):
             chart.update(model)
         self._refresh_feed(model)
         self._refresh_swarm(model)
+        self.points_view.update_from(model)
 
     def _refresh_cards(self, m: RunModel) -> None:
         # Every card is set on every refresh, "–" without data: a new run's model never shows the last one's figures.
@@ -320,8 +328,8 @@ class Dashboard(QWidget):
         self.leaderboard.setRowCount(len(m.leaderboard))
         for i, row in enumerate(m.leaderboard):
             name = row.name + (" (you)" if row.node_id == m.node_id else "")
-            for j, text in enumerate((str(i + 1), name, str(row.groups_shared), str(row.groups_adopted),
-                                      str(row.rounds))):
+            for j, text in enumerate((str(i + 1), name, str(points(row.groups_adopted, row.rounds)),
+                                      str(row.groups_shared), str(row.groups_adopted), str(row.rounds))):
                 self.leaderboard.setItem(i, j, _item(text))
         if m.rejected_reasons:
             parts = [f"{REASON_WORDS.get(k, k.replace('_', ' '))}: {v}" for k, v in m.rejected_reasons.most_common()]

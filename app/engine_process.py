@@ -146,6 +146,10 @@ class EngineProcess(QObject):
     def set_cpu_limit(self, percent: int) -> bool:
         return self.send(ev.SetCpuLimit(percent=percent))
 
+    def ask(self, command: ev.Ask) -> bool:
+        """Try the model: answered by an ``answer`` event at the engine's next pause point."""
+        return self.send(command)
+
     # --- slots ---
     def _on_stdout_line(self, line: str) -> None:
         try:

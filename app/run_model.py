@@ -16,6 +16,7 @@ from typing import Any
 from app import eta
 from wire import events as ev
 from wire.models import describe_placement
+from wire.points import Sample, points, points_per_day
 
 FEED_SIZE = 40  # recent answers kept for the feed
 LOG_SIZE = 2000
@@ -87,6 +88,10 @@ class RunModel:
     adopted_total: int = 0
     rank: int | None = None
     leaderboard: list[ev.LeaderRow] = field(default_factory=list)
+    # Contribution points (wire/points.py): running totals after each round the relay counted, and the relay's
+    # own count of this node's rounds (its swarm event), which the leaderboard's points use
+    contributions: list[Sample] = field(default_factory=list)
+    relay_rounds: int | None = None
     rejected_reasons: Counter[str] = field(default_factory=Counter)
     feed: deque[ev.RolloutSample] = field(default_factory=lambda: deque(maxlen=FEED_SIZE))
     message: str = ""  # the latest status / warning line
@@ -158,6 +163,7 @@ class RunModel:
                 self.rank = event.rank
                 if event.you is not None:
                     self.shared_total, self.adopted_total = event.you.groups_shared, event.you.groups_adopted
+                    self.relay_rounds = event.you.rounds
 
     def _pause_clock(self, s: ev.StateChanged) -> None:
         if s.state == "paused":
@@ -180,6 +186,7 @@ class RunModel:
     def _history(self, h: ev.History) -> None:
         """The rounds before this start: charts, answers and totals rebuilt; the swarm's live state untouched."""
         self.rounds, self.evals = [], []
+        self.contributions = []
         self.feed.clear()
         self.rejected_reasons = Counter()
         self.shared_total = self.adopted_total = 0
@@ -219,7 +226,26 @@ class RunModel:
             self.shared_total = r.shared_total
         if r.adopted_total is not None:
             self.adopted_total = r.adopted_total
+            if r.relay_connected:  # a round the relay heard of (its report): one the relay counts
+                self.contributions.append(Sample(r.time, r.adopted_total, len(self.contributions) + 1))
         self.feed.extendleft(r.rollouts)  # newest first
+
+    # --- contribution points ---
+    def points_total(self) -> int:
+        """This node's points as the relay's leaderboard has them (its counts from the last swarm event),
+        else from the rounds this model has seen."""
+        rounds = self.relay_rounds if self.relay_rounds is not None else len(self.contributions)
+        return points(self.adopted_total, rounds)
+
+    def points_by_day(self) -> list[tuple[Any, int]]:
+        """Points earned each day (date, points), from the rounds this model has seen. A history that begins
+        at round 1 starts from nothing; a shortened one from its first round's totals."""
+        if not self.contributions:
+            return []
+        first_round = next((p.round for p in self.rounds), 1)
+        first = self.contributions[0]
+        start = (0, 0) if first_round <= 1 else (first.groups_adopted, first.rounds)
+        return points_per_day(self.contributions, start=start)
 
     # --- what the main screen says ---
     def headline(self, now: float | None = None) -> str:

@@ -82,6 +82,7 @@ class MainWindow(QMainWindow):
         d.finish_clicked.connect(self.engine.finish)
         d.stop_clicked.connect(self.stop)
         d.restart_clicked.connect(self.start)
+        d.try_model.asked.connect(self.ask)
         self.tray = Tray(cores, self)
         self.tray.toggle_pause.connect(self.toggle_pause)
         self.tray.show_window.connect(self._show)
@@ -264,8 +265,17 @@ class MainWindow(QMainWindow):
             self.model.message = "Resumed: your preferences allow running again."
         self.schedule_refresh()
 
+    def ask(self, command: ev.Ask) -> None:
+        """Try your model: the question goes to the engine; its ``answer`` event comes back to the tab."""
+        self.dashboard.try_model.sent(command, self.engine.ask(command))
+
     # --- engine signals ---
     def _on_event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.Answer):
+            self.dashboard.try_model.show_answer(event)
+            return
+        if isinstance(event, ev.Start):
+            self.dashboard.try_model.set_tasks(event.task_mix)
         self.model.apply(event)
         self.schedule_refresh()
 
@@ -278,6 +288,7 @@ class MainWindow(QMainWindow):
         if state not in ("running", "finishing"):
             self.model.pausing = False
         self.dashboard.set_controls(state, replay=self.replay, pausing=self.model.pausing)
+        self.dashboard.try_model.set_live(not self.replay and state in ("running", "paused", "finishing"))
         running = state in ("running", "paused", "finishing")
         self.act_start.setEnabled(not self.replay and state in ("stopped", "crashed"))
         self.act_pause.setEnabled(running)

@@ -24,6 +24,7 @@ from relay.swarms import SwarmEntry
 from relay.view import RelayView
 from wire.identity import display_name
 from wire.manifest import mix_summary
+from wire.points import points
 from wire.protocol import LEADERBOARD_ROWS
 
 MAX_SWARMS_LISTED = 100
@@ -39,6 +40,9 @@ async def swarm_status(relay: RelayView, swarm: str, now: float | None = None) -
     # A URL naming a swarm nobody uses must not load or create any state.
     known = bool(sessions) or await backend.has_swarm(swarm)
     rows = await backend.leaderboard(swarm, LEADERBOARD_ROWS, now) if known else []
+    # By contribution points (wire/points.py, the app's formula too): the backend's order by groups adopted,
+    # ties now broken by the rounds that count.
+    rows = sorted(rows, key=lambda r: -points(r.groups_adopted, r.rounds))
     models = Counter(s.model[:MODEL_CHARS] for s in sessions.values())  # this relay's nodes only
     return {
         "swarm": swarm,
@@ -53,6 +57,7 @@ async def swarm_status(relay: RelayView, swarm: str, now: float | None = None) -
                 "shared": row.groups_shared,
                 "adopted": row.groups_adopted,
                 "rounds": row.rounds,
+                "points": points(row.groups_adopted, row.rounds),
                 "online": row.node_id in sessions,  # on this relay; else "last seen"
                 "last_seen_s": max(0, round(now - row.last_seen)),
             }

@@ -54,7 +54,7 @@ function showSwarm(d) {
     const name = el("span", r.name, "name");
     name.title = r.node_id;
     const seen = el("span", r.online ? "online" : ago(r.last_seen_s), r.online ? "ok" : "");
-    return [i + 1, name, r.shared, r.adopted, r.rounds, seen];
+    return [i + 1, name, r.points, r.shared, r.adopted, r.rounds, seen];
   }));
   $("empty").hidden = d.leaderboard.length > 0;
 }
@@ -153,7 +153,7 @@ HTML = """<!doctype html>
 <section class="swarm-only">
   <h2>Leaderboard</h2>
   <table id="board">
-    <thead><tr><th>#</th><th>node</th><th>shared</th><th>adopted</th><th>rounds</th><th>seen</th></tr></thead>
+    <thead><tr><th>#</th><th>node</th><th>points</th><th>shared</th><th>adopted</th><th>rounds</th><th>seen</th></tr></thead>
     <tbody></tbody>
   </table>
 </section>
@@ -177,7 +177,8 @@ HTML = """<!doctype html>
   <h2>Models online</h2>
   <ul id="models"></ul>
 </section>
-<p class="sub"><b>shared</b>: groups a node published to the swarm; <b>adopted</b>: of those, how many other nodes
+<p class="sub"><b>points</b>: 10 for each group other nodes trained on, plus 1 a round trained, up to one per such
+group; <b>shared</b>: groups a node published to the swarm; <b>adopted</b>: of those, how many other nodes
 trained on (each receiver counted once); <b>rounds</b>: training rounds the node completed.</p>
 </main>
 <script>%(script)s</script>

@@ -20,6 +20,7 @@ import chromium
 from relay.server import Relay, RelayConfig
 from tools.relay_loadgen import SimNode, http_get, spawn_relay, synthetic_group
 from wire import protocol as p
+from wire.points import points
 
 HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>&amp;"
 
@@ -80,11 +81,45 @@ def test_json_numbers_match_metrics(relay) -> None:
         accepted = m["sapo_relay_groups_accepted_total"]
         assert status["groups_per_minute"] + overview["swarms"][1]["groups_per_minute"] == accepted == 8
         assert sum(r["shared"] for r in board) == status["groups_per_minute"] == status["pool_groups"] == 6
+        assert [r["points"] for r in board] == [31, 11, 0, 0]  # wire/points.py: 10 per adopted group + 1 a round
         assert sum(r["adopted"] for r in board) + 1 == m["sapo_relay_adoptions_total"] == 5  # 1 in "other"
         assert [r["shared"] for r in board] == [3, 1, 2, 0]  # by adopted (3, 1, 0, 0), then shared
         assert all(r["online"] for r in board) and status["models"] == [{"model": "SmolLM2-135M-Instruct", "peers": 4}]
         assert {r["node_id"] for r in board} == {n.node_id for n in nodes}
         assert {r["name"] for r in board} == {n.name for n in nodes}
+
+    asyncio.run(run())
+
+
+def test_points_come_only_from_groups_others_trained(relay) -> None:
+    """A node that claims many rounds and shares groups nobody trains earns nothing; one whose group another
+    node trained leads the leaderboard, however little it claims."""
+
+    async def run() -> None:
+        rng = random.Random(3)
+        spammer, helper, learner = (SimNode(relay.url, swarm="pts") for _ in range(3))
+        try:
+            for node in (spammer, helper, learner):
+                assert isinstance(await node.connect(), p.Welcome)
+            ack = await spammer.request(spammer.publish_message(*[synthetic_group(rng, round_=1) for _ in range(4)]))
+            assert isinstance(ack, p.Ack) and ack.accepted == 4
+            for rnd in range(1, 41):  # forty rounds claimed, nothing trained from anyone
+                assert isinstance(await spammer.request(spammer.report_message(rnd)), p.Ack)
+            shared = synthetic_group(rng, round_=1)
+            assert isinstance(await helper.request(helper.publish_message(shared)), p.Ack)
+            got = await learner.request(p.Sample(n=p.MAX_SAMPLE_N))
+            mine = [s.group for s in got.groups if s.node_id == helper.node_id]
+            assert len(mine) == 1
+            assert isinstance(await learner.request(learner.report_message(1, *mine)), p.Ack)
+            status = json.loads(await asyncio.to_thread(http_get, relay.http + "/api/swarm/pts"))
+        finally:
+            for node in (spammer, helper, learner):
+                await node.close()
+        by_node = {r["node_id"]: r for r in status["leaderboard"]}
+        assert by_node[spammer.node_id]["rounds"] == 40 and by_node[spammer.node_id]["points"] == 0
+        assert by_node[helper.node_id]["adopted"] == 1 and by_node[helper.node_id]["points"] == 11
+        assert status["leaderboard"][0]["node_id"] == helper.node_id
+        assert by_node[learner.node_id]["points"] == 0  # training others' groups is its own reward, not points
 
     asyncio.run(run())
 
@@ -155,9 +190,10 @@ def test_page_in_chromium_shows_what_metrics_say(relay) -> None:
         assert int(d.text["pool"]) == m["sapo_relay_pool_groups"] == 6
         rows = d.rows["board"][1:]  # after the header
         assert [r[1] for r in rows] == [nodes[1].name, nodes[2].name, nodes[0].name, nodes[3].name]
-        assert sum(int(r[2]) for r in rows) == m["sapo_relay_groups_accepted_total"]
-        assert sum(int(r[3]) for r in rows) == m["sapo_relay_adoptions_total"] == 4
-        assert [r[5] for r in rows] == ["online"] * 4
+        assert [int(r[2]) for r in rows] == [points(int(r[4]), int(r[5])) for r in rows] == [31, 11, 0, 0]
+        assert sum(int(r[3]) for r in rows) == m["sapo_relay_groups_accepted_total"]
+        assert sum(int(r[4]) for r in rows) == m["sapo_relay_adoptions_total"] == 4
+        assert [r[6] for r in rows] == ["online"] * 4
         assert "gemma-3-270m \u00d7 2" in d.text["models"] and "SmolLM2-135M-Instruct \u00d7 2" in d.text["models"]
         o = relay_dom
         assert o.text["title"] == "SAPO Swarm relay" and int(o.text["peers"]) == 4 and o.text["swarms-count"] == "1"

@@ -59,6 +59,7 @@ class Start(Event, tag="start", frozen=True):
     # follows one (``manifest``: that manifest's digest), else its own mix's (the preset's, or --tasks).
     mix: list[str] = []
     manifest: str = ""
+    task_mix: list[str] = []  # the tasks an ``ask`` may draw from ("tasks" is a setting in old, flat files)
 
 
 State = Literal["running", "paused", "finishing", "stopping"]
@@ -267,10 +268,38 @@ class History(Event, tag="history", frozen=True):
     events: list[Round | Eval] = []
 
 
+MAX_ANSWER_CHARS = 2000  # an answer's text in an ``answer`` event, cut here
+
+
+class Answer(Event, tag="answer", frozen=True):
+    """The reply to an ``ask`` (same ``id``): the base model's answer (LoRA off) beside the trained one's,
+    both greedy from llama.cpp, served at the node's next pause point.
+
+    ``trained`` is None before the first round has trained an adapter. With a ``task``, ``question`` is the
+    one drawn from it, ``expected`` its reference answer, and the scores are the task's own (0 to 1) and whether each
+    answer is fully correct; a typed question has no scores. ``error``:
+    why there is no answer (an unknown task, ...), one line.
+    """
+
+    id: str
+    question: str = ""
+    task: str = ""
+    base: str = ""
+    trained: str | None = None
+    base_score: float | None = None  # the task's score, 0 to 1 (no format bonus)
+    trained_score: float | None = None
+    base_correct: bool | None = None
+    trained_correct: bool | None = None
+    expected: str = ""
+    round: int = 0  # the trained answer's model: after this many rounds
+    seconds: float = 0.0
+    error: str = ""
+
+
 AnyEvent = (Start | StateChanged | PhaseProgress | Download | Status | Warning | ErrorEvent | Stop | Round | Eval | Swarm
-            | Relay | SwarmManifest | History)
+            | Relay | SwarmManifest | History | Answer)
 EVENT_TYPES: tuple[type[Event], ...] = (Start, StateChanged, PhaseProgress, Download, Status, Warning, ErrorEvent,
-                                        Stop, Round, Eval, Swarm, Relay, SwarmManifest, History)
+                                        Stop, Round, Eval, Swarm, Relay, SwarmManifest, History, Answer)
 
 
 # --- commands into a node --------------------------------------------------------------
@@ -314,7 +343,34 @@ class SetCpuLimit(Command, tag="set_cpu_limit", frozen=True):
             raise ValueError("percent must be 1..100")
 
 
-AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads | SetCpuLimit
+
+MAX_QUESTION_CHARS = 2000
+MAX_ASK_TOKENS = 512
+
+
+class Ask(Command, tag="ask", frozen=True):
+    """Try the model: ``question`` (typed) or ``task`` (a question drawn from one of the node's tasks),
+    answered by the base model and the trained one in an ``answer`` event with the same ``id``, at the
+    node's next pause point (at most a round away; at once while paused). ``max_tokens`` bounds each answer."""
+
+    id: str
+    question: str = ""
+    task: str = ""
+    max_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.id) <= 64:
+            raise ValueError("id must be 1..64 characters")
+        if bool(self.question.strip()) == bool(self.task):
+            raise ValueError("give either a question or a task")
+        if len(self.question) > MAX_QUESTION_CHARS:
+            raise ValueError(f"a question is at most {MAX_QUESTION_CHARS} characters")
+        if not 1 <= self.max_tokens <= MAX_ASK_TOKENS:
+            raise ValueError(f"max_tokens must be 1..{MAX_ASK_TOKENS}")
+
+
+
+AnyCommand = Pause | Resume | Finish | StopCommand | SetThreads | SetCpuLimit | Ask
 
 
 # --- encode / decode -------------------------------------------------------------------

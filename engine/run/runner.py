@@ -93,9 +93,11 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     stop = _StopFlag(throttle)
     control = None
     if args.control == "stdin":
+        from engine.run.ask import Trial
         from engine.run.control import Control
 
         control = Control(events.emit, throttle)
+        control.serve = Trial(node).answer  # "try your model": answered at the loop's pause points
         node.pause_point = control.wait_if_paused
         control.listen(sys.stdin)
     try:
@@ -103,7 +105,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         events.emit(ev.Start(node_id=node_id, node_name=display_name(node_id), model=model.name,
                              model_path=str(model.path), round_start=node.round, round_end=target, threads=cfg.threads,
                              settings=_public(cfg), mix=mix_words(node.mix, mix),
-                             manifest=mix.digest if mix is not None else "", **_placement(node.backbone.placement)))
+                             manifest=mix.digest if mix is not None else "", task_mix=[e.dataset for e in node.mix],
+                             **_placement(node.backbone.placement)))
         history = HistoryFile(data_dir)
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)

@@ -323,6 +323,20 @@ class LlamaModel:
         self._adapter = new
         self.clear()  # cached keys/values were computed with the old weights
 
+    @property
+    def has_adapter(self) -> bool:
+        return self._adapter is not None
+
+    def use_adapter(self, enabled: bool) -> None:
+        """Switch the loaded LoRA off (the base model) or back on, keeping it loaded: no file read, no reload."""
+        if enabled and self._adapter is not None:
+            adapters = (lc.llama_adapter_lora_p_ctypes * 1)(self._adapter)
+            scales = (ctypes.c_float * 1)(1.0)
+            lc.llama_set_adapters_lora(self.ctx, adapters, 1, scales)
+        else:
+            lc.llama_set_adapters_lora(self.ctx, None, 0, None)
+        self.clear()
+
     def close(self) -> None:
         if getattr(self, "ctx", None):
             lc.llama_set_adapters_lora(self.ctx, None, 0, None)
