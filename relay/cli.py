@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="groups kept per author per swarm; its oldest go first (default: %(default)s)")
     ap.add_argument("--groups-per-minute", type=_positive(int), default=pool.groups_per_minute,
                     help="groups one author may publish per minute (default: %(default)s)")
+    ap.add_argument("--seen-max", type=_positive(int), default=pool.seen_max,
+                    help="content digests remembered after their group left the pool, so a later copy is refused "
+                         "(all swarms; default: %(default)s)")
+    ap.add_argument("--seen-max-age-s", type=_positive(float), default=pool.seen_max_age_s,
+                    help="how long such a digest is remembered at most (s; default: %(default)s)")
     ap.add_argument("--max-completions", type=_positive(int), default=d.max_completions, help="completions per group")
     ap.add_argument("--max-completion-chars", type=_positive(int), default=d.max_completion_chars)
     ap.add_argument("--max-question-chars", type=_positive(int), default=d.max_question_chars)
@@ -178,7 +183,7 @@ def _config(args: argparse.Namespace) -> RelayConfig:
         token=args.token or None,
         allowed_keys=read_allowed_keys(args.allow_keys) if args.allow_keys else None,
         pool=PoolLimits(args.pool_max_groups, args.pool_max_bytes, args.pool_max_age_s, args.pool_per_author,
-                        args.groups_per_minute),
+                        args.groups_per_minute, args.seen_max, args.seen_max_age_s),
         max_completions=args.max_completions,
         max_completion_chars=args.max_completion_chars,
         max_question_chars=args.max_question_chars,

@@ -12,7 +12,8 @@ Fair to authors, so one flooding node cannot crowd out the others:
 - a sample picks an author uniformly, then one of its groups, so an author supplies about
   1/authors of what others train on however much it publishes;
 - the same content (``group_digest``: answer and completions, spacing, case and order made alike) is pooled
-  once, whoever sends it;
+  once, whoever sends it, and refused again for as long as ``relay.seen`` remembers it (a day by default,
+  long after the group itself has left the pool);
 - "adopted" is credited only when a receiver reports it trained a group that was sent to it,
   once per (receiver, group) (``adopt``).
 
@@ -27,6 +28,8 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+from relay.seen import SeenDigests
 
 # Rough memory cost of bookkeeping, charged to the byte budget so that RSS tracks it.
 ENTRY_OVERHEAD_BYTES = 256
@@ -43,6 +46,8 @@ class PoolLimits:
     max_age_s: float = 3600.0
     per_author: int = 500  # groups one author may have in a swarm's pool
     groups_per_minute: int = 60  # groups one author may add, per swarm (burst: one minute's worth)
+    seen_max: int = 200_000  # content digests remembered after their group left the pool (all swarms together)
+    seen_max_age_s: float = 86_400.0  # ... for this long at most
 
     def __post_init__(self) -> None:
         if self.max_groups < 1:
@@ -55,6 +60,10 @@ class PoolLimits:
             raise ValueError("per_author must be at least 1")
         if self.groups_per_minute < 1:
             raise ValueError("groups_per_minute must be at least 1")
+        if self.seen_max < 1:
+            raise ValueError("seen_max must be at least 1")
+        if not self.seen_max_age_s > 0:
+            raise ValueError("seen_max_age_s must be positive")
 
 
 class Entry:
@@ -206,6 +215,7 @@ class Pool:
         self.limits = limits or PoolLimits()
         self._rng = rng or random.Random()
         self._swarms: dict[str, _SwarmPool] = {}
+        self.seen = SeenDigests(self.limits.seen_max, self.limits.seen_max_age_s)
         self.groups = 0
         self.bytes = 0
 
@@ -254,7 +264,8 @@ class Pool:
         """Pool one group; return why it was refused, or None.
 
         ``key`` identifies the task (``TaskSpec.key()``): one author, one group per task.
-        ``digest`` identifies the content (``group_digest``): once in the pool, whoever sends it.
+        ``digest`` identifies the content (``group_digest``): once in the pool, whoever sends it, and not
+        again while ``seen`` remembers it (a copy published after the original aged out earns nothing).
         """
         if not has_spread:
             # No reward spread, no advantage: nobody could learn from it, so don't keep it.
@@ -268,12 +279,13 @@ class Pool:
             return "too_big"
         if (author, key) in sp.by_task:
             return "duplicate"
-        if digest in sp.by_digest:
+        if digest in sp.by_digest or self.seen.seen(swarm, digest, now):
             return "duplicate_content"
         fifo = sp.by_author.get(author)
         if fifo is not None and len(fifo) >= self.limits.per_author:
             self._evict(sp, author)  # the author's own oldest make room: quota, not a refusal
         sp.insert(entry)
+        self.seen.add(swarm, digest, now)
         self.groups += 1
         self.bytes += entry.size
         self._enforce(sp)
@@ -377,6 +389,7 @@ class Pool:
     def expire(self, now: float) -> None:
         """Drop groups past max age in every swarm; forget empty swarms and idle publish buckets."""
         per_min = self.limits.groups_per_minute
+        self.seen.expire(now)
         for name, sp in list(self._swarms.items()):
             self._expire(sp, now)
             # A bucket that has refilled is the same as no bucket: keep only those still spending.

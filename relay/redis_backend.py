@@ -297,7 +297,8 @@ class RedisBackend:
         reason = await self._call(self._add(
             keys=[self._s(swarm), self.prefix],
             args=[swarm, author, group.spec.dataset, key, digest, payload, lim.per_author, lim.max_groups,
-                  lim.max_bytes, repr(lim.max_age_s), self._now(now), repr(mean), group.round],
+                  lim.max_bytes, repr(lim.max_age_s), self._now(now), repr(mean), group.round, lim.seen_max,
+                  repr(lim.seen_max_age_s)],
         ))  # fmt: skip
         reason = reason.decode() if isinstance(reason, bytes) else str(reason or "")
         return reason or None

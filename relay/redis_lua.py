@@ -14,6 +14,8 @@ The same rules as ``relay.pool`` (read its docstring), on these keys, with ``S``
     S:board        zset   node -> adopted * 1e6 + shared (the leaderboard order)
     S:gpm:SECOND   string groups accepted in that second (expires after 2 minutes)
     PREFIX:groups, PREFIX:bytes   totals over all swarms;  PREFIX:swarmbytes  zset swarm -> bytes (byte budget)
+    PREFIX:seen    zset   SWARM "\\n" DIGEST -> when first pooled: content refused again after its group left
+                          the pool (``relay.seen``: at most seen_max members, none older than seen_max_age)
 
 Every loop is bounded (expiry and eviction by a per-call budget, sampling by a probe budget), so no
 call scans the whole pool. Keys are built inside the scripts from the prefix, so this is for one
@@ -135,7 +137,7 @@ return ok
 """
 
 # KEYS: S, G.  ARGV: swarm, author, dataset, key, digest, payload, per_author, max_groups, max_bytes,
-# max_age, now, mean_reward, round.  Returns "" (pooled) or the reason it was refused.
+# max_age, now, mean_reward, round, seen_max, seen_max_age.  Returns "" (pooled) or the reason it was refused.
 ADD = _COMMON + r"""
 local swarm, author, dataset, key, d, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local per_author, max_groups, max_bytes = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -148,6 +150,11 @@ local size = #payload + #key + #d + ENTRY_OVERHEAD
 if size > math.floor(max_bytes / 4) then return 'too_big' end
 if redis.call('HEXISTS', S .. ':task', author .. '\n' .. key) == 1 then return 'duplicate' end
 if redis.call('EXISTS', S .. ':g:' .. d) == 1 then return 'duplicate_content' end
+-- Content pooled before and since gone from the pool is still remembered (relay.seen): refused all the same.
+local seen, member = G .. ':seen', swarm .. '\n' .. d
+local seen_max, seen_age = tonumber(ARGV[14]), tonumber(ARGV[15])
+local first = redis.call('ZSCORE', seen, member)
+if first and tonumber(first) >= now - seen_age then return 'duplicate_content' end
 local mine = S .. ':au:' .. author
 if redis.call('LLEN', mine) >= per_author then
   evict(S, swarm, redis.call('LINDEX', mine, 0))  -- the author's own oldest makes room: quota, not a refusal
@@ -160,6 +167,11 @@ redis.call('HSET', S .. ':task', author .. '\n' .. key, d)
 redis.call('INCR', G .. ':groups')
 redis.call('INCRBY', G .. ':bytes', size)
 redis.call('ZINCRBY', G .. ':swarmbytes', size, swarm)
+redis.call('ZADD', seen, now, member)
+local old = redis.call('ZRANGEBYSCORE', seen, '-inf', '(' .. (now - seen_age), 'LIMIT', 0, EVICT_BUDGET)
+if #old > 0 then redis.call('ZREM', seen, unpack(old)) end
+local over = redis.call('ZCARD', seen) - seen_max
+if over > 0 then redis.call('ZREMRANGEBYRANK', seen, 0, over - 1) end
 enforce(S, swarm, max_groups, max_bytes)
 -- Stats. The row exists from the author's hello, unless Redis lost it since (a restart without
 -- persistence): the author is signed in on its connection, so the row is made again.

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import random
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -233,14 +234,17 @@ def test_a_flooding_author_is_rate_limited_and_sampled_in_proportion(tmp_path: P
         evil = await Raw.open(url)
         await evil.join(flooder)
         accepted, reasons = 0, Counter[str]()
-        for _ in range(10):  # 320 groups in a few milliseconds
+        started = time.monotonic()
+        for _ in range(10):  # 320 groups as fast as the relay takes them
             groups = [synthetic_group(RNG, completions=2, chars=20, author=flooder.node_id) for _ in range(32)]
             ack = await evil.publish([wire_group(g) for g in groups], [p.sign_group(flooder, "s", g) for g in groups])
             accepted += ack["accepted"]
             reasons.update(r["reason"] for r in ack["rejected"])
-        assert accepted == 60 and reasons == {"rate_limited": 260}  # the relay's 60 groups a minute
-        assert await pool_size(relay, flooder.node_id) == 60
-        # 60 of 69 pooled groups are the flooder's, yet it supplies about a quarter of what others get.
+        # The relay's 60 groups a minute: a burst of 60, and one more per second the flood took (a loaded machine's).
+        assert 60 <= accepted <= 60 + int(time.monotonic() - started) + 1, accepted
+        assert reasons == {"rate_limited": 320 - accepted}
+        assert await pool_size(relay, flooder.node_id) == accepted
+        # 60 (or a few more) of 69 pooled groups are the flooder's, yet it supplies about a quarter of what others get.
         counts: Counter[str] = Counter()
         for _ in range(300):
             got = await receiver.request(p.Sample(n=1, unseen_only=False), T)

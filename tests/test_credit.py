@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -151,6 +152,40 @@ def test_a_copier_earns_nothing_and_nobody_trains_a_copy(relay):
         assert {node.screen(served(reseeded(s["group"], COPIER))) for s in taken} == {"copy"}
     ws.close()
     author.close(), receiver.close()
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+def test_a_copy_published_after_the_original_left_the_pool_earns_nothing(tmp_path, backend, request):
+    """The relay remembers pooled content past the pool (relay.seen: here a 2 s pool, 3 digests remembered), on
+    both backends: the copier waits for the author's groups to age out, then publishes them on questions of its
+    own stream (raw JSON). Refused while remembered; the oldest, pushed out by three newer ones, is not (the bound)."""
+    extra = ["--redis", request.getfixturevalue("redis_server").url] if backend == "redis" else []
+    relay = RelayProcess(tmp_path / "relay", "--pool-max-age-s", "2", "--seen-max", "3", *extra).start()
+    try:
+        mine = {g.answer: g for g in author_groups(AUTHOR, 40)}  # distinct answers: distinct copier questions
+        originals = list(mine.values())[:4]
+        author = SwarmClient(relay.url, SWARM, AUTHOR, "smollm2-135m", None, on_status=lambda m: None)
+        for g in originals:  # one at a time, so the relay remembers them in this order
+            assert (ack := author.publish([g])) is not None and ack.accepted == 1
+        author.close()
+        ws = raw_connect(relay.url, COPIER)
+        taken = _send(ws, {"type": "sample", "n": 8})["groups"]
+        assert len(taken) == 4
+        by_answer = {s["group"]["answer"]: s["group"] for s in taken}
+        copies = [reseeded(by_answer[g.answer], COPIER) for g in originals]
+        deadline = time.monotonic() + 30
+        while _send(ws, {"type": "sample", "n": 8, "unseen_only": False})["groups"]:
+            assert time.monotonic() < deadline, "the author's groups never left the pool"
+            time.sleep(0.5)
+        ack = raw_publish(ws, COPIER, copies[1:])
+        assert ack["accepted"] == 0 and {r["reason"] for r in ack["rejected"]} == {"duplicate_content"}
+        ack = raw_publish(ws, COPIER, copies[:1])  # the first original: forgotten (--seen-max 3)
+        assert ack["accepted"] == 1, ack
+        ws.close()
+        rows = board(relay.url)
+        assert rows[COPIER.node_id].groups_shared == 1 and rows[AUTHOR.node_id].groups_shared == 4
+    finally:
+        relay.stop()
 
 
 SMALL = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "24",

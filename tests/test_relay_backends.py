@@ -193,6 +193,29 @@ def test_dedup_by_task_and_by_content(make: Factory) -> None:
     run(scenario)
 
 
+def test_content_is_refused_after_its_group_left_the_pool_while_remembered(make: Factory) -> None:
+    """relay.seen: pooled content stays refused past the pool (10 s here) for seen_max_age_s or seen_max newer."""
+    async def scenario() -> None:
+        b = await make(max_age_s=10, seen_max=3, seen_max_age_s=1000)
+        assert await put(b, A, "1", digest="d1", now=100) is None
+        assert await put(b, B, "x", digest="d1", now=120) == "duplicate_content"  # gone from the pool, remembered
+        assert await size(b) == 0
+        assert await put(b, A, "again", digest="d1", now=120) == "duplicate_content"  # its author's too
+        assert await put(b, B, "x", digest="d1", swarm="other", now=120) is None  # per swarm
+        # (remembered now: d1 in s, d1 in other)
+        assert await put(b, A, "2", digest="d2", now=121) is None
+        assert await put(b, B, "x", digest="d1", now=122) == "duplicate_content"
+        assert await put(b, A, "3", digest="d3", now=123) is None  # 3 newer than s/d1: forgotten (bounded)
+        assert await put(b, B, "x", digest="d1", now=124) is None
+
+        b = await make(max_age_s=10, seen_max_age_s=50)
+        assert await put(b, A, "1", digest="d1", now=100) is None
+        assert await put(b, B, "x", digest="d1", now=150) == "duplicate_content"
+        assert await put(b, B, "x", digest="d1", now=151) is None  # older than seen_max_age_s: forgotten
+
+    run(scenario)
+
+
 def test_publish_tokens_per_author(make: Factory) -> None:
     async def scenario() -> None:
         b = await make(groups_per_minute=3)

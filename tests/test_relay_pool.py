@@ -164,7 +164,8 @@ def test_count_limit_evicts_oldest_of_one_author() -> None:
         add(pool, A, str(i), now=100 + i)
     assert pool.groups == 3 and pool.size("s") == 3
     assert sorted(sample(pool, now=105)) == [b"a:2", b"a:3", b"a:4"]
-    assert add(pool, A, "0", now=106) is None  # evicted keys may come back
+    assert add(pool, A, "0", now=106, digest="new content") is None  # evicted keys may come back
+    assert add(pool, A, "1", now=106) == "duplicate_content"  # their content not (relay.seen remembers it)
 
 
 def test_age_limit_evicts() -> None:

@@ -72,7 +72,9 @@ from wire import identity as ident
 from wire.identity import Identity
 
 # v2: signed identities (challenge at hello), signed groups and reports, no chosen names.
-# v3: the welcome carries the swarm's manifest and its digest (wire/manifest.py) where the relay declares one.
+# v3: the welcome carries the swarm's manifest and its digest (wire/manifest.py) where the relay declares one;
+#     a group names its author's stream (``Group.origin``, checked: ``authored_by``) and ``group_digest`` covers
+#     its normalised content (wire/authorship.py). Both came before v3 was released, so no v4.
 PROTOCOL_VERSION = 3
 
 # Bounds on what a peer may send. Generous for real use, tight enough that one
