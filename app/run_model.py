@@ -121,7 +121,8 @@ class RunModel:
                 self.settings = dict(event.settings) | {"round_start": event.round_start}
                 self.swarm_configured = bool(event.settings.get("relay")) and not event.settings.get("offline")
                 self.error = self.stop_reason = ""
-                self.link = None
+                # Not the link: a node joining a swarm connects (its `relay` event) before it says `start`;
+                # a link ends with the node's `stop` or its process.
             case ev.StateChanged():
                 self.state = event.state
                 self.pausing = False  # the engine's own word on its state replaces what was asked

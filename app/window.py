@@ -285,6 +285,8 @@ class MainWindow(QMainWindow):
         self._last_state = state
         if state in ("stopped", "crashed", "starting"):
             self.model.state = state
+        if state == "starting":  # a new engine process: the last one's relay link is gone with it
+            self.model.link = None
         if state not in ("running", "finishing"):
             self.model.pausing = False
         self.dashboard.set_controls(state, replay=self.replay, pausing=self.model.pausing)
