@@ -28,6 +28,16 @@ def _start(**settings) -> ev.Start:
 
 
 
+def test_a_node_that_connects_before_it_says_start_shows_its_link(qtbot, window, tmp_path, monkeypatch):
+    # A node joining a swarm with a manifest connects first (the manifest decides its mix), then says start.
+    d = window.dashboard
+    run_script(qtbot, window, monkeypatch, tmp_path / "run.jsonl",
+               [ev.Relay(state="connected", url=RELAY, peers=2), _start(), ev.History(),
+                ev.StateChanged(state="running")])
+    assert (d.card_swarm.value.text(), d.card_swarm.caption.text()) == ("2", "volunteers online")
+    stop(qtbot, window)
+
+
 def test_connected_says_one_count_in_one_wording_and_stop_says_not_connected(qtbot, window, tmp_path, monkeypatch):
     d = window.dashboard
     run_script(qtbot, window, monkeypatch, tmp_path / "run.jsonl",
