@@ -44,7 +44,10 @@ def marks(q: Question) -> re.Pattern[str] | None:
         return None
     core = _core(q.spec.dataset, q.entry, q.question)
     edge_l, edge_r = r"(?<![0-9a-z.])", r"(?![0-9a-z]|\.[0-9])"
-    a, c = edge_l + re.escape(answer) + edge_r, edge_l + re.escape(core) + edge_r
+    # An answer led by a sign after a full stop ("6 - 9. -3" squashes to "6-9.-3"): that stop is no decimal
+    # point, so only a digit or letter before the sign makes it part of something else ("6-3" is not "-3").
+    answer_l = edge_l if answer[0].isalnum() else r"(?<![0-9a-z])"
+    a, c = answer_l + re.escape(answer) + edge_r, edge_l + re.escape(core) + edge_r
     return re.compile(f"(?=.*{c})(?=.*{a})", re.DOTALL)
 
 
