@@ -216,12 +216,7 @@ class SwarmClient:
     def refuse(self, why: str) -> None:
         """Stop using this relay for good (a bad manifest, a pinned digest that does not match): train alone."""
         self.refused = why
-        ws, self.ws = self.ws, None
-        if ws is not None:
-            try:
-                ws.close()
-            except Exception:  # noqa: BLE001 - already broken; nothing more to do
-                pass
+        self._close()
         if self.on_manifest is not None:
             self.on_manifest(ev.SwarmManifest(state="refused", swarm=self.swarm, reason=why))
         else:
@@ -242,13 +237,16 @@ class SwarmClient:
         else:
             self.on_status(f"{why}; training on local groups, retrying{then} in {delay:.0f}s")
 
-    def _drop(self, why: str, reason: str = "") -> None:
+    def _close(self) -> None:
         ws, self.ws = self.ws, None
         if ws is not None:
             try:
                 ws.close()
             except Exception:  # noqa: BLE001 - already broken; nothing more to do
                 pass
+
+    def _drop(self, why: str, reason: str = "") -> None:
+        self._close()
         self._retry_later(why, reason)
 
     def _request(self, msg: Hello | Auth | Publish | Sample | StatsRequest | Report) -> ServerMessage | None:
