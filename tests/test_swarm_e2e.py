@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from engine.sharing.swarm_client import SwarmClient
-from engine.tasks.questions import QuestionStream, build_mix
+from engine.tasks.questions import QuestionStream, build_mix, heldout_set
 from wire.identity import Identity
 from wire.protocol import Group
 
@@ -88,7 +88,10 @@ def test_two_engines_train_on_each_others_groups(tmp_path, relay, model_cache):
 
 
 def _poisoned(author: str) -> list[Group]:
-    qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), author, 0, []).draw(3)  # its own questions
+    mix = build_mix("easy", tasks=["basic_arithmetic"])
+    # Its own questions, none of them the victim's held-out ones (an honest node skips those too; a held-out
+    # collision would be refused as "heldout" before the poison is looked at).
+    qs = QuestionStream(mix, author, 0, heldout_set(mix, 64)).draw(3)
     honest = [Group(spec=q.spec, question=q.question, answer=q.answer,
                     completions=[f"<answer>{q.answer}</answer>", "<answer>-999</answer>"], rewards=[1.0, 0.0],
                     model="evil", round=1) for q in qs]
