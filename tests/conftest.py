@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a model hub
+# Derived files (GGUF metadata, working copies) of tests that do not name a cache go here, not to the user's cache.
+os.environ.setdefault("SAPO_CACHE_DIR", tempfile.mkdtemp(prefix="sapo-test-cache-"))
 
 
 @pytest.fixture(scope="session")

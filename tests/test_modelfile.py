@@ -180,3 +180,25 @@ def test_replaced_file_is_reread(tmp_path):
     other = write_tiny_gguf(tmp_path / "other.gguf", n_layers=3)
     shutil.copyfile(other, p)  # size changes, so the cache key does too
     assert inspect_gguf(p).n_layers == 3
+
+
+def test_metadata_is_read_once_and_kept_in_the_cache_dir(tmp_path, monkeypatch):
+    """A second process (here: the in-process cache cleared) takes the metadata from the cache dir, without
+    parsing the file again; a changed file, or a damaged cache entry, is parsed again."""
+    monkeypatch.setenv("SAPO_CACHE_DIR", str(tmp_path / "cache"))
+    p = write_tiny_gguf(tmp_path / "m.gguf")
+    first = inspect_gguf(p)
+    assert first.file_type_id == int(gguf.LlamaFileType.ALL_F32)
+    (entry,) = (tmp_path / "cache" / "gguf-info").glob("*.json")
+    parses = []
+    real = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: parses.append(a) or real(*a, **k))
+    modelfile._inspect_cached.cache_clear()
+    assert inspect_gguf(p) == first and parses == []
+    entry.write_text("{not json")
+    modelfile._inspect_cached.cache_clear()
+    assert inspect_gguf(p) == first and len(parses) == 1  # parsed again, and the entry rewritten whole
+    modelfile._inspect_cached.cache_clear()
+    assert inspect_gguf(p) == first and len(parses) == 1
+    shutil.copyfile(write_tiny_gguf(tmp_path / "other.gguf", n_layers=3), p)
+    assert inspect_gguf(p).n_layers == 3 and len(parses) == 2

@@ -8,7 +8,10 @@ metadata (GGUFReader memory-maps the file; tensor data is never touched).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib.util
+import json
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -56,6 +59,7 @@ class GGUFInfo:
     size_bytes: int
     has_chat_template: bool
     tokenizer: str = ""  # tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (BPE), ...
+    file_type_id: int = -1  # general.file_type as llama.cpp numbers it (-1: the file does not say)
 
     @property
     def supported(self) -> bool:
@@ -103,10 +107,51 @@ def check_lora_targets(arch: str, targets: list[str]) -> None:
                         f"choose from {', '.join(known)}")
 
 
+# The metadata of a file once read, kept on disk beside the working copies: gguf's reader parses every
+# field, the tokenizer's ~50k-entry arrays among them, ~5 s on a laptop core for a 135M model, and every
+# engine start (and every experiment agent) asked again. Bump the version when GGUFInfo changes.
+_INFO_VERSION = 2
+
+
+def _info_file(path: str, size: int, mtime_ns: int) -> Path:
+    from engine.paths import default_cache_dir
+
+    key = hashlib.blake2b(f"{_INFO_VERSION}|{path}|{size}|{mtime_ns}".encode(), digest_size=12).hexdigest()
+    return default_cache_dir() / "gguf-info" / f"{key}.json"
+
+
+def _load_info(where: Path, path: str) -> GGUFInfo | None:
+    try:
+        raw = json.loads(where.read_text())
+        info = GGUFInfo(**{**raw, "path": Path(raw["path"])})
+    except (OSError, ValueError, TypeError, KeyError):  # none yet, or unreadable: read the model file
+        return None
+    return info if str(info.path) == path else None
+
+
+def _save_info(where: Path, info: GGUFInfo) -> None:
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        tmp = where.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**dataclasses.asdict(info), "path": str(info.path)}))
+        tmp.replace(where)  # whole or not at all: a reader in another process never sees half a file
+    except OSError:
+        pass  # a read-only cache only costs the next start the same seconds
+
+
 @lru_cache(maxsize=32)
 def _inspect_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
     p = Path(path)
     _check_magic(p, size)
+    where = _info_file(path, size, mtime_ns)
+    info = _load_info(where, path)
+    if info is None:
+        info = _parse(p, size)
+        _save_info(where, info)
+    return info
+
+
+def _parse(p: Path, size: int) -> GGUFInfo:
     import gguf  # deferred: pulls in numpy, not needed for `--help`
 
     try:
@@ -161,7 +206,15 @@ def _inspect_cached(path: str, size: int, mtime_ns: int) -> GGUFInfo:
         size_bytes=size,
         has_chat_template=bool(get("tokenizer.chat_template")),
         tokenizer=_tokenizer_model(get("tokenizer.ggml.model"), fields.get("tokenizer.ggml.tokens")),
+        file_type_id=_int_or(get("general.file_type"), -1),
     )
+
+
+def _int_or(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _tokenizer_model(model, tokens) -> str:

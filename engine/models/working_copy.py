@@ -20,6 +20,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from engine.errors import SapoError
+from engine.models.modelfile import inspect_gguf
 from engine.sampling.llm import init_backend
 
 FTYPES = {"q4_0": lc.LLAMA_FTYPE_MOSTLY_Q4_0, "q8_0": lc.LLAMA_FTYPE_MOSTLY_Q8_0}
@@ -35,11 +36,7 @@ def file_identity(path: Path) -> str:
 
 def source_ftype(path: Path) -> int:
     """The file type (quantization) llama.cpp reports, without loading tensors."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    field = reader.fields.get("general.file_type")
-    return int(field.parts[field.data[0]][0]) if field is not None else -1
+    return inspect_gguf(path, require_supported=False).file_type_id  # read once, kept in the cache dir
 
 
 def choose_format(path: Path, weights: str) -> str | None:
