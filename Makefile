@@ -17,8 +17,10 @@ fixtures: setup
 sysdeps:
 	@scripts/system-deps.sh || true
 
+# On WORKERS processes (pytest-xdist), a test file to a worker; `make test WORKERS=0` runs in this process.
+WORKERS ?= 2
 test: setup fixtures sysdeps
-	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30
+	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --durations=30
 
 bench: setup
 	.venv/bin/python benchmarks/bench_rollout.py

@@ -88,3 +88,13 @@ def window(qtbot, tmp_path, monkeypatch):
         w.engine._proc.wait(5000)
     if w.relay is not None:
         w.relay.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with real-model tests (marked slow) first, each file's tests kept together and in order.
+
+    `make test` runs on two workers, a file to a worker (pytest-xdist's loadfile): a long file handed out
+    last would leave one core busy alone at the end. Keeping a file together keeps its module fixtures single.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: within a file, order is unchanged

@@ -12,6 +12,8 @@ from engine.tasks.rewards import Score
 from engine.tasks.questions import build_mix, heldout_set
 from tests.test_cli import assert_one_line_error, sapo
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 
 def _group(q, correct: list[bool], formed: bool = True) -> ScoredGroup:
     scores = [Score(1.1 if c else 0.1, float(c), c, formed) for c in correct]

@@ -9,8 +9,12 @@ import sys
 import threading
 import time
 
+import pytest
+
 from engine.run.control import Control
 from wire import events as ev
+
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
 
 def _recorder():

@@ -25,6 +25,8 @@ from wire.identity import Identity
 
 from relay_process import RelayProcess
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 SWARM = "credit"
 AUTHOR, COPIER, RECEIVER = (Identity.from_seed(bytes([i]) * 32) for i in (1, 2, 3))
 MIX = build_mix("easy", tasks=["basic_arithmetic"])  # a tiny question space: 1-digit sums, differences, products

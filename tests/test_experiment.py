@@ -17,6 +17,8 @@ from engine.config import NodeConfig
 from engine.errors import SapoError
 from engine.lab.experiment import config_overrides, keep_records, read_records
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 TINY = ["--configs", "alone,swarm", "--agents", "2", "--rounds", "2", "--local", "2", "--external", "2",
         "--completions", "4", "--max-tokens", "24", "--tasks", "basic_arithmetic,chain_sum", "--fewshot", "1",
         "--eval-per-task", "1", "--threads", "1", "--workers", "2"]

@@ -14,6 +14,8 @@ from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metada
 
 from test_cli import assert_one_line_error, sapo
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 STR = gguf.GGUFValueType.STRING
 
 

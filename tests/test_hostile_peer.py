@@ -27,6 +27,8 @@ from wire.identity import Identity
 
 from relay_process import RelayProcess
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 EVAL_DATASETS = ["binary_matrix", "spiral_matrix", "string_insertion", "n_queens", "countdown", "puzzle24",
                  "polynomial_multiplication", "simple_integration", "intermediate_integration"]
 EVIL = Identity.from_seed(b"e" * 32)

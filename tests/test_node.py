@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 NODE_ID = "5a90" * 8
 SMALL = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",
          "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", "2", "--quiet"]

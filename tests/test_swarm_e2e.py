@@ -19,6 +19,8 @@ from wire.protocol import Group
 
 from relay_process import RelayProcess
 
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
+
 SMALL = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "24",
          "--eval-every", "0", "--threads", "1", "--quiet", "--swarm", "e2e"]
 

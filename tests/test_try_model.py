@@ -18,7 +18,7 @@ from engine.run.control import MAX_PENDING_ASKS, Control
 from wire import events as ev
 
 # One real node start and round: ~2 min idle, far more on a loaded 2-core machine
-pytestmark = pytest.mark.timeout(3000)
+pytestmark = [pytest.mark.timeout(3000), pytest.mark.slow]  # slow: started first on several workers
 NODE_ID = "7e11" * 8
 # One round of a tiny node with a learning rate high enough that one update moves greedy answers.
 ONE_ROUND = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",

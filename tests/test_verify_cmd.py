@@ -8,9 +8,12 @@ import subprocess
 import sys
 
 import msgspec
+import pytest
 
 from engine.tasks.questions import QuestionStream, build_mix
 from wire.protocol import Group
+
+pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
 FLAGS = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "24"]
 
