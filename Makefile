@@ -20,7 +20,7 @@ sysdeps:
 # On WORKERS processes (pytest-xdist), a test file to a worker; `make test WORKERS=0` runs in this process.
 WORKERS ?= 2
 test: setup fixtures sysdeps
-	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --durations=30
+	QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=30
 
 bench: setup
 	.venv/bin/python benchmarks/bench_rollout.py

@@ -70,10 +70,10 @@ class ModelTab(QWidget):
         self.warning.setWordWrap(True)
         self.warning.setStyleSheet(f"color: {palette.ERROR_TEXT}")
         form.addRow(self.warning)
-        # (engine/run/node.py refuses a checkpoint of another model in the same data dir)
-        note = QLabel("A model not on this computer yet is downloaded at the next start. The training so far "
-                      "belongs to the current model: the engine does not yet start another model in the same "
-                      "data folder.")
+        # Each model keeps its own checkpoints in the data folder (engine.learning.checkpoint.model_store).
+        note = QLabel("A model not on this computer yet is downloaded at the next start. Each model keeps its own "
+                      "training: a new one starts from its first round, and switching back carries on where "
+                      "that model stopped.")
         note.setWordWrap(True)
         note.setStyleSheet(f"color: {palette.MUTED_TEXT}")
         form.addRow(note)

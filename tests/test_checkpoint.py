@@ -117,3 +117,45 @@ def test_a_leftover_folder_is_replaced_but_the_current_checkpoint_never_rewritte
     with pytest.raises(RuntimeError, match="current checkpoint"):
         store.save(model, opt, NodeState(round=2))
     store.verify(path)  # still intact
+
+
+def test_each_model_keeps_its_own_checkpoints_and_a_flat_data_dir_is_moved_into_its_model(tmp_path: Path, tiny):
+    from engine.learning.checkpoint import model_folder, model_store, model_stores
+
+    model, opt = tiny
+    data = tmp_path / "data"
+    # A data dir of before per-model folders: one model's checkpoints in checkpoints/ itself.
+    CheckpointStore(data / "checkpoints").save(model, opt, NodeState(round=2, model="smollm2-135m"))
+    mine = model_store(data, "smollm2-135m")
+    assert mine.root == data / "checkpoints" / "smollm2-135m" and mine.latest().name == "round-000002"
+    assert sorted(p.name for p in (data / "checkpoints").iterdir()) == ["smollm2-135m"]
+    other = model_store(data, "Qwen2.5 0.5B/instruct")  # another model: starts with nothing of the first
+    assert other.latest() is None and other.root.name == model_folder("Qwen2.5 0.5B/instruct") == "Qwen2.5-0.5B-instruct"
+    other.save(model, opt, NodeState(round=1, model="Qwen2.5 0.5B/instruct"))
+    assert list(model_stores(data)) == ["Qwen2.5-0.5B-instruct", "smollm2-135m"]  # newest first
+    assert model_store(data, "smollm2-135m").load_state(mine.latest()).round == 2  # switching back finds it
+
+
+def test_a_move_killed_half_way_is_finished_at_the_next_start(tmp_path: Path, tiny):
+    import os
+
+    from engine.learning.checkpoint import model_store
+
+    model, opt = tiny
+    data = tmp_path / "data"
+    CheckpointStore(data / "checkpoints").save(model, opt, NodeState(round=4, model="m"))
+    os.replace(data / "checkpoints", data / ".checkpoints-moving")  # the first of the move's two renames, then a kill
+    assert model_store(data, "m").latest().name == "round-000004"
+    assert not (data / ".checkpoints-moving").exists()
+
+
+def test_an_unreadable_flat_checkpoint_is_reported_and_not_moved(tmp_path: Path, tiny):
+    from engine.learning.checkpoint import model_store
+
+    model, opt = tiny
+    data = tmp_path / "data"
+    path = CheckpointStore(data / "checkpoints").save(model, opt, NodeState(round=1, model="m"))
+    (path / "state.json").write_text("{half")
+    with pytest.raises(SapoError, match="corrupt"):
+        model_store(data, "m")
+    assert (data / "checkpoints" / "LATEST").is_file()  # left where it was, for the volunteer to look at

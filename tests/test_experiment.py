@@ -96,7 +96,7 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     keys = {(out / "swarm" / "seed-0" / f"agent-{k}" / "node.key").read_bytes() for k in (0, 1)}
     assert len(keys) == 2
     for k in (0, 1):
-        latest = (out / "swarm" / "seed-0" / f"agent-{k}" / "checkpoints" / "LATEST").read_text().strip()
+        latest = (out / "swarm" / "seed-0" / f"agent-{k}" / "checkpoints" / "smollm2-135m" / "LATEST").read_text().strip()
         assert latest == "round-000002"
     # the report reads it
     rep = subprocess.run([sys.executable, "-m", "engine", "experiment", "report", str(out)], capture_output=True,

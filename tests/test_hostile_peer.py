@@ -158,7 +158,7 @@ def test_a_hostile_peer_cannot_run_code_hang_flood_or_reach_the_heldout_set(tmp_
     for e in rounds:
         assert e["tokens_trained"] <= (LOCAL + EXTERNAL) * L * MAX_TOKENS
     # Nothing lost: one checkpoint per round, the last one current and readable.
-    ckpts = data / "checkpoints"
+    ckpts = data / "checkpoints" / "smollm2-135m"
     assert (ckpts / "LATEST").read_text().strip() == f"round-{ROUNDS:06d}"
     from engine.learning.checkpoint import CheckpointStore
 

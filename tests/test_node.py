@@ -107,12 +107,12 @@ def test_two_offline_rounds_train_and_swap(trained):
     several = [e for e in trained_rounds if e["groups_trained"] > 1]
     assert not several or any(e["train_prompt_tokens_computed"] < e["train_prompt_tokens"] for e in several)
     # The LoRA moved away from its initialisation (peft starts B at zero)...
-    ckpt = data / "checkpoints" / "round-000002"
+    ckpt = data / "checkpoints" / "smollm2-135m" / "round-000002"
     weights = load_file(str(ckpt / "adapter_model.safetensors"))
     assert any("lora_B" in k and v.abs().max() > 0 for k, v in weights.items())
     # ... and llama.cpp runs it: exactly one adapter file is live.
     assert len(list((data / "adapters").glob("*.gguf"))) == 1
-    assert (data / "checkpoints" / "LATEST").read_text().strip() == "round-000002"
+    assert (data / "checkpoints" / "smollm2-135m" / "LATEST").read_text().strip() == "round-000002"
 
 
 def test_rerun_with_same_target_does_nothing_more(trained, model_cache, tmp_path):
@@ -123,6 +123,24 @@ def test_rerun_with_same_target_does_nothing_more(trained, model_cache, tmp_path
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not [e for e in events if e["type"] == "round"]
     assert any(e["type"] == "status" and "resumed from round-000002" in e["message"] for e in events)
+
+
+def test_another_model_in_the_same_data_dir_starts_its_own_training(trained, working_gguf, model_cache, tmp_path):
+    """A volunteer who switches model (Preferences) trains the new one from round 1; the first model's
+    checkpoints stay for when they switch back, and export asks which one when there are several."""
+    data, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    proc, events = run_engine(copy, model_cache, 1, "--model", str(working_gguf))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [e["round"] for e in events if e["type"] == "round"] == [1]
+    assert not any(e["type"] == "status" and "resumed" in e["message"] for e in events)
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == sorted(["smollm2-135m", working_gguf.stem.lower()])
+    assert (copy / "checkpoints" / "smollm2-135m" / "LATEST").read_text().strip() == "round-000002"
+    bad = subprocess.run([sys.executable, "-m", "engine", "export", "--data-dir", str(copy), "--model", "nope",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120, env=_env(model_cache))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "nope" in bad.stderr and "smollm2-135m" in bad.stderr
 
 
 def test_sigkill_mid_round_resumes_from_the_last_checkpoint(tmp_path, model_cache):
@@ -147,9 +165,9 @@ def test_sigkill_mid_round_resumes_from_the_last_checkpoint(tmp_path, model_cach
         if proc.poll() is None:
             proc.kill()
     done = max(e["round"] for e in _events(ev) if e["type"] == "round")
-    latest = (data / "checkpoints" / "LATEST").read_text().strip()
+    latest = (data / "checkpoints" / "smollm2-135m" / "LATEST").read_text().strip()
     assert latest == f"round-{done:06d}"
-    expected = lora_digest(load_file(str(data / "checkpoints" / latest / "adapter_model.safetensors")))
+    expected = lora_digest(load_file(str(data / "checkpoints" / "smollm2-135m" / latest / "adapter_model.safetensors")))
 
     proc2, events = run_engine(data, model_cache, done + 1)
     assert proc2.returncode == 0, proc2.stderr[-2000:]
@@ -162,7 +180,7 @@ def test_corrupt_checkpoint_is_a_clear_error(trained, model_cache, tmp_path):
     data, _ = trained
     copy = tmp_path / "copy"
     shutil.copytree(data, copy)
-    weights = copy / "checkpoints" / "round-000002" / "adapter_model.safetensors"
+    weights = copy / "checkpoints" / "smollm2-135m" / "round-000002" / "adapter_model.safetensors"
     blob = bytearray(weights.read_bytes())
     blob[-10] ^= 0xFF
     weights.write_bytes(bytes(blob))
@@ -183,7 +201,7 @@ def test_export_writes_a_peft_adapter_and_a_llama_cpp_adapter(trained, model_cac
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "peft" / "adapter_model.safetensors").is_file() and (out / "peft" / "adapter_config.json").is_file()
     assert "llama.cpp" in (out / "README.md").read_text()
-    state = json.loads((data / "checkpoints" / "round-000002" / "state.json").read_text())
+    state = json.loads((data / "checkpoints" / "smollm2-135m" / "round-000002" / "state.json").read_text())
     llm = LlamaModel(Path(state["config"]["model_path"]), n_ctx=256, n_seq_max=1, threads=2)
     try:
         tokens = llm.tokenize("Calculate 2 + 3. <answer>5</answer>")
@@ -224,7 +242,7 @@ def test_frontier_levels_are_reported_and_kept_across_a_resume(tmp_path, model_c
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [e for e in events if e["type"] == "round"]
     assert [set(e["task_levels"]) for e in rounds] == [{"basic_arithmetic"}] * 2
-    state = json.loads((data / "checkpoints" / "round-000002" / "state.json").read_text())
+    state = json.loads((data / "checkpoints" / "smollm2-135m" / "round-000002" / "state.json").read_text())
     saved = state["stream"]["levels"]["basic_arithmetic"]
     assert saved["level"] == rounds[-1]["task_levels"]["basic_arithmetic"]
     top = frontier.top_level("basic_arithmetic", build_mix("easy", tasks=["basic_arithmetic"])[0].config)
@@ -233,7 +251,7 @@ def test_frontier_levels_are_reported_and_kept_across_a_resume(tmp_path, model_c
     proc, events = run_engine(data, model_cache, 3, "--frontier", "--local", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     (third,) = [e for e in events if e["type"] == "round"]
-    after = json.loads((data / "checkpoints" / "round-000003" / "state.json").read_text())["stream"]["levels"]
+    after = json.loads((data / "checkpoints" / "smollm2-135m" / "round-000003" / "state.json").read_text())["stream"]["levels"]
     move = third["level_changes"].get("basic_arithmetic", 0)
     assert after["basic_arithmetic"]["level"] == saved["level"] + move == third["task_levels"]["basic_arithmetic"]
     if not move:  # the average went on from the checkpoint's: every own group of the round graded on top

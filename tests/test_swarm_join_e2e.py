@@ -74,7 +74,10 @@ def test_two_nodes_join_by_invite_follow_the_manifest_and_share(tmp_path, model_
         assert [e["round"] for e in rounds] == [1, 2, 3] and all(e["relay_connected"] for e in rounds)
         assert sum(e["external_groups"] for e in rounds) > 0, f"{name} never trained on a peer's group"
         assert all("foreign_task" not in e["rejected_reasons"] for e in rounds), [e["rejected_reasons"] for e in rounds]
-        assert all(e["rejected_groups"] == 0 for e in rounds)
+        # The only refusals: a peer's question that is one of this node's held-out questions. Each node runs its
+        # own value in the range, so its held-out set differs from the peer's and the one-digit sums are few.
+        reasons = {r for e in rounds for r in e["rejected_reasons"]}
+        assert reasons <= {"heldout", "heldout_leak"}, [e["rejected_reasons"] for e in rounds]
 
 
 LATE = """

@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
     exp.add_argument("--data-dir", type=Path)
+    exp.add_argument("--model", help="whose LoRA, when the data dir trained several models (default: the latest trained)")
     exp.add_argument("out", type=Path)
 
     ver = sub.add_parser("verify", help="judge one group (a publish frame's group, as JSON) as this node would")
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "export":
             from engine.commands.export import export
 
-            export(prepare_data_dir(args.data_dir), args.out)
+            export(prepare_data_dir(args.data_dir), args.out, args.model)
             return 0
         if args.command == "verify":
             from engine.commands.verify import verify_file

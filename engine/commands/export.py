@@ -13,15 +13,24 @@ import json
 import shutil
 from pathlib import Path
 
-from engine.learning.checkpoint import LORA_FILES, CheckpointStore
+from engine.learning.checkpoint import LORA_FILES, model_folder, model_stores
 from engine.errors import SapoError
 
 
-def export(data_dir: Path, out: Path) -> None:
-    store = CheckpointStore(data_dir / "checkpoints")
-    latest = store.latest()
-    if latest is None:
+def export(data_dir: Path, out: Path, model: str | None = None) -> None:
+    stores = model_stores(data_dir)  # newest first
+    if not stores:
         raise SapoError(f"no checkpoint in {data_dir}: run some rounds first")
+    if model is not None and model_folder(model) not in stores:
+        raise SapoError(f"no checkpoint of model {model!r} in {data_dir}; it has: {', '.join(stores)}")
+    name = model_folder(model) if model is not None else next(iter(stores))
+    if model is None and len(stores) > 1:
+        print(f"{data_dir} holds checkpoints of {len(stores)} models; exporting the latest trained, {name} "
+              f"(--model chooses)")
+    store = stores[name]
+    latest = store.latest()
+    if latest is None:  # model_stores lists folders with a LATEST pointer: only a concurrent delete gets here
+        raise SapoError(f"no checkpoint of {name} in {data_dir}: run some rounds first")
     state = store.load_state(latest)  # verifies every file
     model_path = Path(state.config.get("model_path") or "")
     if not model_path.is_file():

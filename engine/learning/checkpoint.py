@@ -1,6 +1,7 @@
 """Checkpoints: everything a node needs to resume, written so a kill can never corrupt one.
 
-Layout in ``<data dir>/checkpoints``::
+Layout in ``<data dir>/checkpoints/<model>/`` (each model its own folder, so a volunteer who switches
+to another model and back finds the first one's training where it was)::
 
     round-000012/
         adapter_model.safetensors, adapter_config.json   # the LoRA, as plain peft saves it
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,3 +164,53 @@ class CheckpointStore:
                 optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
             except (ValueError, RuntimeError) as exc:
                 raise SapoError(f"checkpoint {path}: optimizer state does not fit ({exc})") from None
+
+
+def model_folder(model: str) -> str:
+    """A model's checkpoint folder name: its name, with anything a file system might mind replaced."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip(".-") or "model"
+
+
+def model_store(data_dir: Path, model: str) -> CheckpointStore:
+    """The checkpoints of one model in a data dir (moving a data dir's checkpoints of before per-model folders
+    into their model's folder first)."""
+    root = data_dir / "checkpoints"
+    adopt_flat_layout(root)
+    return CheckpointStore(root / model_folder(model))
+
+
+def model_stores(data_dir: Path) -> dict[str, CheckpointStore]:
+    """Every model's checkpoints in a data dir, by folder name, newest checkpoint first."""
+    root = data_dir / "checkpoints"
+    adopt_flat_layout(root)
+    found = [d for d in root.iterdir() if d.is_dir() and (d / "LATEST").is_file()] if root.is_dir() else []
+    found.sort(key=lambda d: (d / "LATEST").stat().st_mtime_ns, reverse=True)
+    return {d.name: CheckpointStore(d) for d in found}
+
+
+def adopt_flat_layout(root: Path) -> None:
+    """Before per-model folders one model's checkpoints lay in ``checkpoints/`` itself: move them, whole, into
+    ``checkpoints/<model>/`` with two renames (checkpoints -> .checkpoints-moving -> checkpoints/<model>), so a
+    kill at any moment leaves them either where they were or half-way, and the next start finishes the move."""
+    moving = root.with_name(".checkpoints-moving")
+    if not moving.exists():
+        if not (root / "LATEST").is_file():
+            return
+        _model_of(root)  # an unreadable checkpoint is reported before anything moves
+        os.replace(root, moving)
+    model = _model_of(moving)
+    root.mkdir(exist_ok=True)
+    os.replace(moving, root / model_folder(model))
+    _fsync_dir(root)
+
+
+def _model_of(flat: Path) -> str:
+    store = CheckpointStore(flat)
+    latest = store.latest()
+    if latest is None:
+        raise SapoError(f"{flat} holds no LATEST checkpoint pointer; move it away to start over")
+    try:
+        return str(json.loads((latest / "state.json").read_text()).get("model") or "model")
+    except (OSError, ValueError, AttributeError):
+        raise SapoError(f"checkpoint {latest} is incomplete or corrupt (unreadable state); "
+                        f"move it away to resume from an earlier one") from None

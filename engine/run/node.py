@@ -46,7 +46,7 @@ from peft import get_peft_model_state_dict
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.learning.checkpoint import CheckpointStore, NodeState, lora_digest
+from engine.learning.checkpoint import NodeState, lora_digest, model_store
 from engine.learning.grpo import build_groups
 from engine.learning.trainer import TrainConfig, Trainer, TrainStats
 from engine.models.accel import memory_budget
@@ -128,7 +128,7 @@ class Node:
         self.trainer = Trainer(self.policy, TrainConfig.from_settings(
             cfg, memory_budget(cfg.train_memory_mb, self.backbone.device)))
         self.sync = AdapterSync(self.llm, data_dir / "adapters", model.architecture)
-        self.checkpoints = CheckpointStore(data_dir / "checkpoints")
+        self.checkpoints = model_store(data_dir, model.name)  # each model its own: switching back resumes it
         self.data_dir = data_dir
         self.swarm = swarm
         self._last_stats: StatsReply | None = None  # the relay's view after the last round, for the swarm event
@@ -209,8 +209,9 @@ class Node:
             return
         state = self.checkpoints.load_state(latest)  # verifies the manifest first
         if state.model and state.model != self.model_name:
-            raise SapoError(f"the data dir holds a checkpoint for model {state.model!r}, not {self.model_name!r}; "
-                            f"use another --data-dir or the same model")
+            # Two names that make the same folder name (checkpoint.model_folder): never mix their weights.
+            raise SapoError(f"{latest} holds a checkpoint of model {state.model!r}, not {self.model_name!r}; "
+                            f"move that folder away or use another --data-dir")
         self.checkpoints.load_weights(latest, self.policy, self.trainer.optimizer)
         before, now = Path(state.config.get("model_path") or ""), Path(self.state.config["model_path"])
         if before.name and before.name != now.name:  # e.g. a Q4_0 working copy from before Q8_0 became auto
