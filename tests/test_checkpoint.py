@@ -159,3 +159,16 @@ def test_an_unreadable_flat_checkpoint_is_reported_and_not_moved(tmp_path: Path,
     with pytest.raises(SapoError, match="corrupt"):
         model_store(data, "m")
     assert (data / "checkpoints" / "LATEST").is_file()  # left where it was, for the volunteer to look at
+
+
+def test_an_older_version_run_on_a_newer_data_dir_is_sorted_out(tmp_path: Path, tiny):
+    """Flat checkpoints of one model beside another model's folder: the flat ones go to their model's folder,
+    the other folder stays where it is."""
+    from engine.learning.checkpoint import model_store, model_stores
+
+    model, opt = tiny
+    data = tmp_path / "data"
+    model_store(data, "b").save(model, opt, NodeState(round=5, model="b"))
+    CheckpointStore(data / "checkpoints").save(model, opt, NodeState(round=2, model="a"))  # an older version's
+    assert model_store(data, "a").latest().name == "round-000002"
+    assert sorted(model_stores(data)) == ["a", "b"] and model_store(data, "b").latest().name == "round-000005"

@@ -200,6 +200,11 @@ def adopt_flat_layout(root: Path) -> None:
         os.replace(root, moving)
     model = _model_of(moving)
     root.mkdir(exist_ok=True)
+    # Other models' folders beside the flat checkpoints (an older version ran on a newer data dir) go back
+    # up first; every step can be repeated, so a kill anywhere is finished by the next start.
+    for other in moving.iterdir():
+        if other.is_dir() and not other.name.startswith(("round-", ".round-")) and not (root / other.name).exists():
+            os.replace(other, root / other.name)
     os.replace(moving, root / model_folder(model))
     _fsync_dir(root)
 
