@@ -252,8 +252,8 @@ def test_a_flooding_author_is_rate_limited_and_sampled_in_proportion(tmp_path: P
             counts.update(s.node_id for s in got.groups)
         assert sum(counts.values()) == 300
         for node in [*honest]:
-            assert 50 < counts[node.node_id] < 100, counts
-        assert 50 < counts[flooder.node_id] < 100, counts
+            assert 40 < counts[node.node_id] < 110, counts  # 75 expected, sd 7.5: +-4.5 sd (50 was hit once in CI)
+        assert 40 < counts[flooder.node_id] < 110, counts  # by volume it would be ~260 of 300
         # Asking for 4 at once: one from each author.
         got = await receiver.request(p.Sample(n=4, unseen_only=False), T)
         assert isinstance(got, p.Groups) and len({s.node_id for s in got.groups}) == 4

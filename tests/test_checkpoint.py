@@ -126,7 +126,9 @@ def test_each_model_keeps_its_own_checkpoints_and_a_flat_data_dir_is_moved_into_
     data = tmp_path / "data"
     # A data dir of before per-model folders: one model's checkpoints in checkpoints/ itself.
     CheckpointStore(data / "checkpoints").save(model, opt, NodeState(round=2, model="smollm2-135m"))
+    (data / "events.jsonl").write_text('{"type": "round", "round": 1}\n')  # its round history, in the data dir then
     mine = model_store(data, "smollm2-135m")
+    assert (mine.root / "events.jsonl").read_text().startswith('{"type": "round"') and not (data / "events.jsonl").exists()
     assert mine.root == data / "checkpoints" / "smollm2-135m" and mine.latest().name == "round-000002"
     assert sorted(p.name for p in (data / "checkpoints").iterdir()) == ["smollm2-135m"]
     other = model_store(data, "Qwen2.5 0.5B/instruct")  # another model: starts with nothing of the first

@@ -40,5 +40,5 @@ def test_a_resumed_run_says_the_rounds_before_it(tmp_path):
     history = second[types.index(ev.Start) + 1]
     assert isinstance(history, ev.History)
     assert [e.round for e in history.events] == [1] and history.events[0].reward_mean == round_1.reward_mean
-    kept = [json.loads(line)["round"] for line in (data / "events.jsonl").read_text().splitlines()]
+    kept = [json.loads(line)["round"] for line in (data / "checkpoints" / "smollm2-135m" / "events.jsonl").read_text().splitlines()]
     assert kept == [1, 2]  # the file grows with the run

@@ -117,8 +117,11 @@ def test_smollm2_and_gemma_join_by_invite_and_train_on_each_others_groups(tmp_pa
         rounds = [e for e in evs if e["type"] == "round"]
         assert sum(e["external_groups"] for e in rounds) > 0, f"{who} never trained on a peer's group"
         assert sum(e["rejected_reasons"].get("foreign_task", 0) for e in rounds) == 0
-        # Nothing refused, but a group met again after training on it (a small pool, many rounds).
-        assert {r for e in rounds for r in e["rejected_reasons"]} <= {"replay"}, [e["rejected_reasons"] for e in rounds]
+        # Nothing refused, but a group met again after training on it (a small pool, many rounds), or a peer's
+        # question that is one of this node's held-out ones (each runs its own value in the range, so its own
+        # held-out set; the one-digit sums are few: CI, stop 29).
+        assert {r for e in rounds for r in e["rejected_reasons"]} <= {"replay", "heldout", "heldout_leak"}, \
+            [e["rejected_reasons"] for e in rounds]
         # I + J = 4; dead own slots (no spread) refilled by more swarm groups (fill_dead_slots, the default)
         assert all(e["groups"] + e["external_groups"] - e["dead_slots_filled"] == 4 for e in rounds)
         # Shared groups have reward spread (the relay refuses others), so a round with any trains on them.

@@ -137,6 +137,14 @@ def test_another_model_in_the_same_data_dir_starts_its_own_training(trained, wor
     assert not any(e["type"] == "status" and "resumed" in e["message"] for e in events)
     assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == sorted(["smollm2-135m", working_gguf.stem.lower()])
     assert (copy / "checkpoints" / "smollm2-135m" / "LATEST").read_text().strip() == "round-000002"
+    # Switching back: the first model resumes at its round 2, and its past is its own rounds, not the other's.
+    proc, events = run_engine(copy, model_cache, 2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any(e["type"] == "status" and "resumed from round-000002" in e["message"] for e in events)
+    (history,) = [e for e in events if e["type"] == "history"]
+    first_run = [e for e in trained[1] if e["type"] == "round"]
+    assert [(e["round"], e["reward_mean"]) for e in history["events"] if e["type"] == "round"] == \
+        [(e["round"], e["reward_mean"]) for e in first_run]
     bad = subprocess.run([sys.executable, "-m", "engine", "export", "--data-dir", str(copy), "--model", "nope",
                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120, env=_env(model_cache))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -9,6 +9,7 @@ to another model and back finds the first one's training where it was)::
         state.json                                        # round, question stream, history, config
         MANIFEST.json                                     # sha256 of every file above, written last
     LATEST                                                # name of the newest complete checkpoint
+    events.jsonl, events.1.jsonl                          # the model's rounds, for the app (engine/run/history.py)
 
 A checkpoint is built in a temporary folder, fsynced, renamed into place, and only then
 named in LATEST (itself replaced atomically). A kill at any moment leaves either the old
@@ -33,6 +34,7 @@ from engine.errors import SapoError
 
 KEEP = 2  # complete checkpoints kept; older ones are pruned
 LORA_FILES = ("adapter_model.safetensors", "adapter_config.json")
+HISTORY_FILES = ("events.jsonl", "events.1.jsonl")  # engine/run/history.py's, kept beside a model's checkpoints
 
 
 @dataclass
@@ -197,6 +199,9 @@ def adopt_flat_layout(root: Path) -> None:
         if not (root / "LATEST").is_file():
             return
         _model_of(root)  # an unreadable checkpoint is reported before anything moves
+        for name in HISTORY_FILES:  # the data dir's round history was that model's too: it travels with them
+            if (root.parent / name).is_file():
+                os.replace(root.parent / name, root / name)
         os.replace(root, moving)
     model = _model_of(moving)
     root.mkdir(exist_ok=True)

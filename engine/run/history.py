@@ -1,6 +1,7 @@
 """The node's event history in its data dir: what a restarted app rebuilds its charts from.
 
-Each ``round`` and ``eval`` event is appended to ``<data dir>/events.jsonl`` as it is emitted. The
+Each ``round`` and ``eval`` event is appended to ``events.jsonl`` beside the model's checkpoints
+(``<data dir>/checkpoints/<model>/``: each model its own past, as its own checkpoints) as it is emitted. The
 file is bounded: past ``MAX_BYTES`` it becomes ``events.1.jsonl`` (the one older file kept) and a
 new one begins. At start the runner reads both back (``load``) and emits them as one ``history``
 event, so the app has one source, the engine's stdout, for the past and the present alike.
@@ -32,9 +33,9 @@ Item = ev.Round | ev.Eval
 class HistoryFile:
     """Appends a node's rounds and evaluations to its data dir and reads them back, bounded and rotated."""
 
-    def __init__(self, data_dir: Path, max_bytes: int = MAX_BYTES) -> None:
-        self.path = data_dir / FILE_NAME
-        self.old_path = data_dir / OLD_FILE_NAME
+    def __init__(self, folder: Path, max_bytes: int = MAX_BYTES) -> None:
+        self.path = folder / FILE_NAME
+        self.old_path = folder / OLD_FILE_NAME
         self.max_bytes = max_bytes
         self._failed = False
 
@@ -44,6 +45,7 @@ class HistoryFile:
             return
         line = ev.encode(event)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # a new model's folder, before its first checkpoint
             if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:
                 self.path.replace(self.old_path)  # the older file goes; this one becomes it
             with open(self.path, "ab") as fh:

@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
                              settings=_public(cfg), mix=mix_words(node.mix, mix),
                              manifest=mix.digest if mix is not None else "", task_mix=[e.dataset for e in node.mix],
                              **_placement(node.backbone.placement)))
-        history = HistoryFile(data_dir)
+        history = HistoryFile(node.checkpoints.root)  # the model's own past, beside its checkpoints
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)
         events.emit(ev.StateChanged(state="running", round=node.round))
