@@ -21,9 +21,9 @@ def export(data_dir: Path, out: Path, model: str | None = None) -> None:
     stores = model_stores(data_dir)  # newest first
     if not stores:
         raise SapoError(f"no checkpoint in {data_dir}: run some rounds first")
-    if model is not None and model_folder(model) not in stores:
+    name = next(iter(stores)) if model is None else model_folder(model)
+    if name not in stores:
         raise SapoError(f"no checkpoint of model {model!r} in {data_dir}; it has: {', '.join(stores)}")
-    name = model_folder(model) if model is not None else next(iter(stores))
     if model is None and len(stores) > 1:
         print(f"{data_dir} holds checkpoints of {len(stores)} models; exporting the latest trained, {name} "
               f"(--model chooses)")
