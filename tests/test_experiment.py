@@ -90,6 +90,14 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     # agent 1 trains on agent 0's groups of the same round, through the relay, before and after the kill
     assert by[(1, 1)]["external_groups"] >= 1 and by[(1, 2)]["external_groups"] >= 1
     assert by[(0, 1)]["external_groups"] == 0  # nobody had published yet
+    for r in after:  # every group of the round described, external ones with the receiver's accuracy on the task
+        if r.get("recovered"):
+            continue
+        groups = r["group_summaries"]
+        assert len(groups) == r["groups"] + r["external_groups"]
+        assert sum(g["spread"] for g in groups) == r["groups_trained"]
+        external = [g for g in groups if g["source"] != "own"]
+        assert len(external) == r["external_groups"] and all(0 <= g["own_accuracy"] <= 1 for g in external)
     final = json.loads((out / "swarm" / "seed-0" / "done.json").read_text())
     assert set(final["eval"]) == {"0", "1"} and 0 <= final["eval"]["0"]["eval_sampled_accuracy"] <= 1
     # each agent has its own identity and its own checkpoints, at round 2

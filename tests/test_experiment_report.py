@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SapoError
-from engine.lab.report import (curves, format_paired, format_table, load_runs, only_model, paired, paired_interval,
+from engine.lab.report import (curves, format_paired, format_table, group_mix, load_runs, only_model, paired, paired_interval,
                                report, t975, table)
 
 
@@ -172,3 +172,23 @@ def test_unfinished_cells_are_paired_over_the_rounds_both_finished():
                for c, rs in {"alone": [0.2, 0.2, 0.9], "swarm": [0.3, 0.3]}.items() for n, v in enumerate(rs, 1)]
     (p,) = paired(records, {})
     assert p.total_diff is not None and p.total_diff.mean == pytest.approx(0.2) and p.total_ratio == pytest.approx(1.5)
+
+
+def test_group_mix_reads_what_each_round_trained():
+    g = lambda src, correct, up, down, spread=True, acc=None: {  # noqa: E731
+        "task": "gcd", "source": src, "completions": 4, "correct": correct, "positives": up, "negatives": down,
+        "spread": spread, **({"own_accuracy": acc} if acc is not None else {})}
+    records = [
+        {"config": "alone", "seed": 0, "agent": 0, "round": 1, "reward_mean": 0.5, "groups_trained": 1,
+         "external_groups": 0, "group_summaries": [g("own", 1, 1, 3), g("own", 0, 0, 0, spread=False)]},
+        {"config": "swarm", "seed": 0, "agent": 0, "round": 1, "reward_mean": 0.5, "groups_trained": 2,
+         "external_groups": 1, "group_summaries": [g("own", 3, 3, 1), g("abc", 2, 2, 2, acc=0.5)]},
+        {"config": "swarm", "seed": 0, "agent": 1, "round": 1, "reward_mean": 0.5, "groups_trained": 1,
+         "external_groups": 1, "group_summaries": [g("own", 0, 0, 0, spread=False), g("abd", 4, 4, 0, acc=0.9)]},
+    ]
+    text = group_mix(records)
+    # alone: 1 own group with spread, success 1/4; swarm: own with spread 0.5 a round (3/4 correct),
+    # external 1 a round, 6 of 8 correct, one of two on the receiver's frontier
+    assert "| alone | 1 | 1.00 | 0.00 | 0.25 | - | 1 : 3 | - | - |" in text
+    assert "| swarm | 2 | 0.50 | 1.00 | 0.75 | 0.75 | 3 : 1 | 6 : 2 | 0.50 |" in text
+    assert "| swarm | 2, 0.75 |" in text  # per task: 2 external gcd groups

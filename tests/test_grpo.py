@@ -101,3 +101,25 @@ def test_normalizer_makes_accumulation_equal_one_batch():
     parts = sum(clipped_token_loss(new[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2], normalizer=total)[0]
                 for i in (0, 2))
     assert parts.item() == pytest.approx(whole.item())
+
+
+def test_group_summary_counts_what_the_update_pushes_up_and_down():
+    from engine.tasks.groups import group_summary
+    from engine.tasks.questions import Question
+    from engine.tasks.rewards import Score
+    from wire.protocol import TaskSpec
+
+    q = Question(TaskSpec(dataset="gcd", config={}, seed=1, index=0), "gcd(4, 6)?", "2", {})
+
+    def group(rewards, correct, source="local"):
+        comps = [Completion("x", [1], "eog") for _ in rewards]
+        scores = [Score(r, float(c), c, True) for r, c in zip(rewards, correct)]
+        return ScoredGroup(question=q, prompt_ids=[9], completions=comps, scores=scores, source=source)
+
+    own = group_summary(group([1.1, 0.1, 0.1, 0.0], [True, False, False, False]))
+    assert own == {"task": "gcd", "source": "own", "completions": 4, "correct": 1, "positives": 1, "negatives": 3,
+                   "spread": True}
+    # no spread: nothing pushed either way, the group is dropped
+    flat = group_summary(group([0.1, 0.1], [False, False], source="ab" * 32), own_accuracy=0.3333)
+    assert flat == {"task": "gcd", "source": "ab" * 6, "completions": 2, "correct": 0, "positives": 0, "negatives": 0,
+                    "spread": False, "own_accuracy": 0.333}

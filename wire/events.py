@@ -140,6 +140,20 @@ class RolloutSample(msgspec.Struct, frozen=True):
     source: str  # "own", or the sender's display name
 
 
+class GroupSummary(msgspec.Struct, frozen=True):
+    """One group a round trained on or dropped (engine.tasks.groups.group_summary): what the analysis of
+    sharing reads (which groups were trained, how the receiver scored them, how many pushed up or down)."""
+
+    task: str
+    source: str  # "own", or the first characters of the sender's node id
+    completions: int
+    correct: int  # fully correct completions, as this node scored them
+    positives: int  # completions above the group's mean reward (GRPO pushes them up)
+    negatives: int  # ... below it (pushed down)
+    spread: bool  # rewards differ: the group reached the update
+    own_accuracy: float | None = None  # external groups: this node's running accuracy on the task
+
+
 class Round(Event, tag="round", frozen=True):
     """After each round. Times in seconds unless the name says ms."""
 
@@ -189,6 +203,7 @@ class Round(Event, tag="round", frozen=True):
     rollouts: list[RolloutSample] = []
     task_levels: dict[str, int] = {}  # frontier: each task's difficulty level after the round (0: the mix's settings)
     level_changes: dict[str, int] = {}  # frontier: tasks whose level moved this round, +1 or -1
+    group_summaries: list[GroupSummary] = []  # every own and external group of the round, in training order
 
 
 class TaskEval(msgspec.Struct, frozen=True):

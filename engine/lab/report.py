@@ -282,6 +282,58 @@ def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
     return text
 
 
+def group_mix(records: list[dict[str, Any]]) -> str:
+    """What each configuration trained on: own groups with spread, external groups, how each was scored.
+
+    From the rounds' ``group_summaries`` (engine.tasks.groups.group_summary); records made before them
+    give only the counts. *Success* is the share of a group's completions its receiver scored fully correct;
+    *frontier* the share of external groups on tasks where the receiver's own running accuracy was between
+    0.2 and 0.8; *up : down* the completions above and below their group's mean reward, which the update
+    pushes up and down.
+    """
+    configs = list(dict.fromkeys(r["config"] for r in records))
+    lines = []
+    for config in configs:
+        rs = [r for r in records if r["config"] == config]
+        own_spread = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in rs])
+        summaries = [g for r in rs for g in r.get("group_summaries", [])]
+        own = [g for g in summaries if g["source"] == "own" and g["spread"]]
+        ext = [g for g in summaries if g["source"] != "own"]
+
+        def success(gs: list[dict[str, Any]]) -> str:
+            n = sum(g["completions"] for g in gs)
+            return f"{sum(g['correct'] for g in gs) / n:.2f}" if n else "-"
+
+        def up_down(gs: list[dict[str, Any]]) -> str:
+            return f"{sum(g['positives'] for g in gs)} : {sum(g['negatives'] for g in gs)}" if gs else "-"
+
+        known = [g for g in ext if g.get("own_accuracy") is not None]
+        frontier = (f"{sum(0.2 <= g['own_accuracy'] <= 0.8 for g in known) / len(known):.2f}" if known else "-")
+        lines.append(f"| {config} | {len(rs)} | {own_spread:.2f} | {_mean([r.get('external_groups', 0) for r in rs]):.2f} "
+                     f"| {success(own)} | {success(ext)} | {up_down(own)} | {up_down(ext)} | {frontier} |")
+    head = ("\nWhat was trained (per agent-round; success: completions fully correct as the receiver scored them):\n\n"
+            "| configuration | agent-rounds | own groups with spread | external groups | success, own trained "
+            "| success, external | up : down, own | up : down, external | external on the receiver's frontier |\n"
+            "|---|---|---|---|---|---|---|---|---|\n")
+    text = head + "\n".join(lines) + "\n"
+    tasks = sorted({g["task"] for r in records for g in r.get("group_summaries", []) if g["source"] != "own"})
+    if tasks:
+        text += "\nExternal groups trained per task (count, success):\n\n| configuration | " + " | ".join(tasks) \
+            + " |\n|---|" + "---|" * len(tasks) + "\n"
+        for config in configs:
+            ext = [g for r in records if r["config"] == config for g in r.get("group_summaries", [])
+                   if g["source"] != "own"]
+            if not ext:
+                continue
+            cells = []
+            for t in tasks:
+                gs = [g for g in ext if g["task"] == t]
+                n = sum(g["completions"] for g in gs)
+                cells.append(f"{len(gs)}, {sum(g['correct'] for g in gs) / n:.2f}" if n else "0")
+            text += f"| {config} | " + " | ".join(cells) + " |\n"
+    return text
+
+
 def cost(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]]) -> str:
     """What the runs cost: agent-rounds and compute hours (rounds; held-out evaluations apart)."""
     round_h = sum(r.get("round_s", 0.0) for r in records) / 3600
@@ -344,7 +396,7 @@ def only_model(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[
 
 def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
     records, evals = load_runs(dirs)
-    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + cost(records, evals)
+    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + group_mix(records) + cost(records, evals)
     models = sorted({r["model"] for r in records if r.get("model")})
     if len(models) > 1:  # a mixed swarm: each model's agents against their own alone
         for m in models:

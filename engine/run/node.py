@@ -63,7 +63,7 @@ from engine.sharing.admission import Verifier, cap_external_tokens
 from engine.sharing.selection import Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy
 from engine.sharing.swarm_client import SwarmClient
 from engine.tasks import frontier
-from engine.tasks.groups import Completion, ScoredGroup, summarize
+from engine.tasks.groups import Completion, ScoredGroup, group_summary, summarize
 from engine.tasks.swarm_mix import SwarmMix
 from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed,
                                     heldout_set, question_key)
@@ -412,6 +412,8 @@ class Node:
             # Reward on the main stream's groups only: the questions every paired configuration draws alike,
             # so that comparing it is not comparing one configuration's extra draws with another's.
             "paired_reward_mean": round(summarize(r.own[:r.main])["reward_mean"], 4) if r.main else None,
+            "group_summaries": [group_summary(g, self.task_accuracy.get(g.question.spec.dataset)
+                                              if g.source != "local" else None) for g in r.own + r.external],
             **self._swarm_metrics(r),
         }
         if self.cfg.frontier:

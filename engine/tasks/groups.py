@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass
 
 from engine.tasks.rewards import Score
+from wire.protocol import has_spread
 from engine.tasks.questions import Question
 
 
@@ -79,4 +80,25 @@ def summarize(groups: list[ScoredGroup]) -> dict[str, float]:
         "accuracy": statistics.fmean(s.correct for s in scores),
         "format_rate": statistics.fmean(s.well_formed for s in scores),
         "task_score": statistics.fmean(s.task_score for s in scores),
+    }
+
+
+def group_summary(g: ScoredGroup, own_accuracy: float | None = None) -> dict[str, object]:
+    """One group a round had, in a few numbers: what the analysis of sharing needs (issue 21, item 6).
+
+    ``positives``/``negatives`` count completions above/below the group's mean reward: those GRPO pushes
+    up and down. ``own_accuracy`` is the receiver's running accuracy on the task (external groups), so a
+    report can tell groups from the receiver's frontier from those it already solves or cannot.
+    """
+    rewards = g.rewards
+    mean = statistics.fmean(rewards) if rewards else 0.0
+    return {
+        "task": g.question.spec.dataset,
+        "source": "own" if g.source == "local" else g.source[:12],
+        "completions": len(rewards),
+        "correct": sum(s.correct for s in g.scores),
+        "positives": sum(r > mean + 1e-9 for r in rewards),
+        "negatives": sum(r < mean - 1e-9 for r in rewards),
+        "spread": has_spread(rewards),
+        **({"own_accuracy": round(own_accuracy, 3)} if own_accuracy is not None else {}),
     }
