@@ -97,7 +97,9 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
         assert len(groups) == r["groups"] + r["external_groups"]
         assert sum(g["spread"] for g in groups) == r["groups_trained"]
         external = [g for g in groups if g["source"] != "own"]
-        assert len(external) == r["external_groups"] and all(0 <= g["own_accuracy"] <= 1 for g in external)
+        assert len(external) == r["external_groups"]
+        # the receiver's accuracy on the task, once it has drawn that task itself
+        assert all(0 <= g["own_accuracy"] <= 1 for g in external if "own_accuracy" in g)
     final = json.loads((out / "swarm" / "seed-0" / "done.json").read_text())
     assert set(final["eval"]) == {"0", "1"} and 0 <= final["eval"]["0"]["eval_sampled_accuracy"] <= 1
     # each agent has its own identity and its own checkpoints, at round 2
