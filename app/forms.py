@@ -14,6 +14,8 @@ from wire.invite import InviteError, parse_invite
 from wire.protocol import swarm_name_problem
 from wire.swarm_list import PublicSwarm
 
+# The node settings an invite link pins (engine/config.py): the relay's certificate, the manifest's digest and signer.
+PINS = ("relay_ca_sha256", "manifest_digest", "manifest_signer")
 SWARM_CHOICES = (
     ("public", "Join a swarm", "Train together with the volunteers of a swarm on a relay server."),
     ("private", "Join a private swarm", "A swarm that needs a password (token) from whoever runs it."),
@@ -54,13 +56,13 @@ class SwarmForm(QWidget):
             layout.addWidget(hint)
         box = QGroupBox("Swarm details")
         form = QFormLayout(box)
-        # One pasted invite link (wire/invite.py) fills everything below, and pins the relay's certificate and
-        # the swarm's manifest digest where the link carries them.
+        # One pasted invite link (wire/invite.py) fills everything below, and pins the relay's certificate, the
+        # swarm's manifest digest and the key its operator signs manifests with, where the link carries them.
         self.invite = QLineEdit()
         self.invite.setPlaceholderText("sapo-swarm://join?... or https://.../join#... (from the swarm's operator)")
         self.invite.setAccessibleName("invite link")
         self.invite.setClearButtonEnabled(True)
-        self.pins: dict[str, str] = {}  # relay_ca_sha256, manifest_digest from the link
+        self.pins: dict[str, str] = {}  # PINS from the link
         form.addRow("Invite link:", self.invite)
         self.relay = QLineEdit()
         self.relay.setPlaceholderText(RELAY_PLACEHOLDER)
@@ -152,7 +154,10 @@ class SwarmForm(QWidget):
             return
         name = item.data(Qt.ItemDataRole.UserRole)
         if name != self.swarm.text().strip():
-            self.pins.pop("manifest_digest", None)  # an invite's pin is for its own swarm only
+            # An invite's manifest pins are for its own swarm only. The signer goes too: the list may be another
+            # relay's, typed after the invite, where that key would refuse every swarm.
+            self.pins.pop("manifest_digest", None)
+            self.pins.pop("manifest_signer", None)
         self.swarm.setText(name)
 
     @property
@@ -183,7 +188,8 @@ class SwarmForm(QWidget):
             self.swarm.setText(invite.swarm)
             self.token.setText(invite.token or "")
             self.pins = {k: v for k, v in (("relay_ca_sha256", invite.ca_sha256),
-                                           ("manifest_digest", invite.manifest_digest)) if v}
+                                           ("manifest_digest", invite.manifest_digest),
+                                           ("manifest_signer", invite.manifest_signer)) if v}
         self._update()
 
     def invite_problem(self) -> str | None:
@@ -217,7 +223,7 @@ class SwarmForm(QWidget):
         self.relay.setText(s.node.get("relay") or "") if s.swarm_kind != "local" else None
         self.swarm.setText(s.node.get("swarm", "public"))
         self.token.setText(s.node.get("token") or "")
-        self.pins = {k: s.node[k] for k in ("relay_ca_sha256", "manifest_digest") if s.node.get(k)}
+        self.pins = {k: s.node[k] for k in PINS if s.node.get(k)}
         self.port.setValue(s.local_relay_port)
         self._update()
 
@@ -225,7 +231,7 @@ class SwarmForm(QWidget):
         kind = self.kind
         s.swarm_kind = kind  # type: ignore[assignment]
         s.local_relay_port = self.port.value()
-        for key in ("relay", "swarm", "token", "offline", "relay_ca_sha256", "manifest_digest"):
+        for key in ("relay", "swarm", "token", "offline", *PINS):
             s.node.pop(key, None)
         if kind == "offline":
             s.node["offline"] = True

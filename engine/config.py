@@ -153,6 +153,9 @@ class NodeConfig:
     manifest_digest: str | None = setting(
         None, "sha256 (64 hex) of the swarm manifest this node agrees to follow (an invite link carries it): a relay "
               "announcing another is refused and the node trains alone")
+    manifest_signer: str | None = setting(
+        None, "public key (64 hex) of the key the swarm's operator signs manifests with (an invite link carries it): "
+              "a manifest that key did not sign is refused and the node trains alone")
     offline: bool = setting(False, "train alone, no relay")
     external_any_task: bool = setting(False, "accept swarm groups of tasks outside this node's own mix "
                                              "(within the size caps of engine.tasks.questions.ANY_TASK_CAPS)")
@@ -362,10 +365,11 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(swarm_name_problem(cfg.swarm) is None, swarm_name_problem(cfg.swarm) or "")
-    for name in ("relay_ca_sha256", "manifest_digest"):
+    for name, what in (("relay_ca_sha256", "a sha256"), ("manifest_digest", "a sha256"),
+                       ("manifest_signer", "an Ed25519 public key")):
         value = getattr(cfg, name)
         need(value is None or re.fullmatch(r"[0-9a-f]{64}", value) is not None,
-             f"{name.replace('_', ' ')} must be 64 lowercase hex digits (a sha256), got {str(value)[:80]!r}")
+             f"{name.replace('_', ' ')} must be 64 lowercase hex digits ({what}), got {str(value)[:80]!r}")
     need(cfg.external_selection in ("uniform", "top", "useful"),
          f"external selection must be uniform, top or useful, got {cfg.external_selection!r}")
     need(cfg.external_negatives in ("onpolicy", "drop", "topr"),

@@ -24,6 +24,7 @@ from typing import NoReturn
 import platformdirs
 
 from relay.backend import Unavailable
+from relay.manifest_key import read_manifest_key
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
 from relay.swarms import load_swarms
@@ -123,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--swarms", type=Path, metavar="FILE.toml",
                     help="serve only the swarms this file declares, each with its task mix (manifest) that joining "
                          "nodes follow, public (listed at /swarms) or private (its own token); docs/DEPLOY.md")
+    ap.add_argument("--manifest-key", type=Path, metavar="FILE",
+                    help="sign the --swarms manifests with this Ed25519 key (PEM; make one with `sapo-relay keygen "
+                         "FILE`): nodes whose invite pins its signer follow only manifests it signed")
     ap.add_argument("--no-status-page", dest="status_page", action="store_false",
                     help="do not serve the public status page (/, /swarm/NAME, /api/...)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -170,6 +174,13 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         for note in notes:
             log.warning("%s", note)
         config = dataclasses.replace(config, swarms=swarms)
+    if args.manifest_key is not None:
+        if config.swarms is None:
+            raise ValueError("--manifest-key signs the manifests of --swarms FILE.toml: give that too")
+        key, notes = read_manifest_key(args.manifest_key)
+        for note in notes:
+            log.warning("%s", note)
+        config = dataclasses.replace(config, manifest_key=key)
     if config.tls_cert is not None and config.tls_key is not None:
         server_context(config.tls_cert, config.tls_key)  # now, so a bad pair is exit 2 before anything starts
     return config
@@ -232,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         from relay.invite_cmd import invite_main
 
         return invite_main(argv[1:], PROG)
+    if argv[:1] == ["keygen"]:
+        from relay.manifest_key import keygen_main
+
+        return keygen_main(argv[1:], PROG)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,

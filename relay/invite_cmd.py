@@ -1,8 +1,9 @@
 """``sapo-relay invite SWARM --swarms FILE --url URL``: print the swarm's invite link (wire/invite.py), both forms.
 
 The link carries the relay URL(s) given, the swarm's name, its token if it is private, the manifest's digest
-(from the same ``--swarms`` file the relay runs with) and, with ``--tls-cert`` of a self-signed relay, the sha256
-of that certificate, which the node then trusts instead of a CA. Problems are one line and exit 2.
+(from the same ``--swarms`` file the relay runs with), with ``--tls-cert`` of a self-signed relay the sha256 of that
+certificate, which the node then trusts instead of a CA, and with ``--manifest-key`` (the relay's) the key's public
+half, so that the node follows only manifests that key signed. Problems are one line and exit 2.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import ssl
 import sys
 from pathlib import Path
 
+from relay.manifest_key import read_manifest_key
 from relay.swarms import load_swarms
 from wire.addresses import split_relay_urls
 from wire.invite import Invite, format_invite, format_invite_https
+from wire.manifest import signer_hex
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -27,6 +30,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--token", help="the relay's --token, if it has one and the swarm has none of its own")
     ap.add_argument("--tls-cert", type=Path, metavar="FILE",
                     help="a self-signed relay's certificate (PEM): its sha256 goes into the link")
+    ap.add_argument("--manifest-key", type=Path, metavar="FILE",
+                    help="the relay's --manifest-key: the link pins its signer (the public half only goes in)")
     ap.add_argument("--page", help="base of the https form (default: the first relay's host, https://HOST:PORT)")
     return ap
 
@@ -56,9 +61,10 @@ def invite_main(argv: list[str], prog: str) -> int:
         if entry is None:
             raise ValueError(f"swarm {args.swarm!r} is not in {args.swarms} (it has: {', '.join(sorted(swarms))})")
         token = entry.token or (args.token if not entry.manifest.public else None)
+        signer = signer_hex(read_manifest_key(args.manifest_key)[0].public_key) if args.manifest_key else None
         invite = Invite(relays=split_relay_urls(args.url), swarm=args.swarm, token=token,
                         ca_sha256=certificate_sha256(args.tls_cert) if args.tls_cert else None,
-                        manifest_digest=entry.digest)
+                        manifest_digest=entry.digest, manifest_signer=signer)
     except ValueError as exc:
         print(f"{prog} invite: {exc}", file=sys.stderr)
         return 2

@@ -45,7 +45,7 @@ from relay.pool import Pool, PoolLimits
 from relay.stats import StatsStore
 from relay.status import public_swarms, relay_status, swarm_status
 from relay.status_page import CSP, HTML
-from relay.swarms import SwarmEntry
+from relay.swarms import SwarmEntry, sign_swarms
 from relay.tls import server_context
 
 log = logging.getLogger("relay.server")
@@ -91,6 +91,9 @@ class RelayConfig:
     # --swarms FILE (relay/swarms.py): when set, only these swarms are served, each node is welcomed with its
     # swarm's manifest, and a swarm's own token (private swarms) is checked as the relay's is.
     swarms: dict[str, SwarmEntry] | None = None
+    # --manifest-key FILE (relay/manifest_key.py): each declared manifest is signed with it once, at start, and
+    # the welcome and GET /swarms carry the signature and signer.
+    manifest_key: ident.Identity | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -121,6 +124,8 @@ class RelayConfig:
             raise ValueError(f"redis_prefix must be letters, digits, - or _, not {self.redis_prefix!r}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
+        if self.manifest_key is not None and self.swarms is None:
+            raise ValueError("a manifest key signs declared swarms' manifests: declare swarms (--swarms) too")
 
 
 class TokenBucket:
@@ -174,9 +179,13 @@ class Relay:
         self._stopping: asyncio.Future[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         c = config
+        # The declared swarms, each manifest signed where the operator gave a manifest key (once per start).
+        self.swarms: dict[str, SwarmEntry] | None = c.swarms
+        if c.swarms is not None and c.manifest_key is not None:
+            self.swarms = sign_swarms(c.swarms, c.manifest_key)
         # Each declared swarm's manifest as the welcome carries it (plain JSON, encoded once per start).
         self._manifests: dict[str, dict[str, Any]] = {
-            name: msgspec.json.decode(manifest_bytes(entry.manifest)) for name, entry in (c.swarms or {}).items()}
+            name: msgspec.json.decode(manifest_bytes(entry.manifest)) for name, entry in (self.swarms or {}).items()}
         self._limits = p.Limits(
             max_frame_bytes=p.MAX_FRAME_BYTES,
             max_groups_per_publish=p.MAX_GROUPS_PER_PUBLISH,
@@ -243,6 +252,8 @@ class Relay:
         scheme = "wss" if tls is not None else "ws"
         log.info("listening on %s://%s:%d (%s state, data in %s)", scheme, self.config.host, self.port,
                  self.backend.kind, self.config.data_dir)
+        if self.config.manifest_key is not None:
+            log.info("manifests signed by key %s", self.config.manifest_key.public_key.hex())
 
     async def stop(self) -> None:
         """Close every connection (1001), wait for handlers, flush stats. Safe to call twice."""
@@ -315,10 +326,10 @@ class Relay:
                 return response
             try:
                 if path == "/api/swarms":
-                    return _response(conn, json.dumps(await relay_status(self, declared=self.config.swarms)),
+                    return _response(conn, json.dumps(await relay_status(self, declared=self.swarms)),
                                      "application/json")
                 if path == "/swarms":  # the public swarms, for people and programs (the app's wizard)
-                    body = {"swarms": await public_swarms(self, self.config.swarms), "time": round(time.time(), 3)}
+                    body = {"swarms": await public_swarms(self, self.swarms), "time": round(time.time(), 3)}
                     return _response(conn, json.dumps(body), "application/json")
                 if path.startswith("/api/swarm/") and p.swarm_name_problem(path[11:]) is None:
                     return _response(conn, json.dumps(await swarm_status(self, path[11:])), "application/json")
@@ -407,10 +418,12 @@ class Relay:
             peers = await self.backend.peers_online(hello.swarm, len(swarm))
         except Unavailable:
             peers = len(swarm)
-        declared = self.config.swarms.get(hello.swarm) if self.config.swarms is not None else None
+        declared = self.swarms.get(hello.swarm) if self.swarms is not None else None
         welcome = p.Welcome(node_id=node_id, peers=peers, limits=self._limits, server_version=SERVER_VERSION,
                             manifest=self._manifests.get(hello.swarm),
-                            manifest_digest=declared.digest if declared is not None else None)
+                            manifest_digest=declared.digest if declared is not None else None,
+                            manifest_signer=declared.signer if declared is not None else None,
+                            manifest_signature=declared.signature if declared is not None else None)
         await ws.send(p.encode_bytes(welcome), text=True)
         log.debug("hello from %s in swarm %r", node_id, hello.swarm)
         return session
@@ -431,10 +444,10 @@ class Relay:
         token = self.config.token
         if token is not None and not _token_ok(hello.token, token):
             raise p.ProtocolError(p.Code.UNAUTHORIZED, "this relay needs the right token")
-        if self.config.swarms is not None:
-            declared = self.config.swarms.get(hello.swarm)
+        if self.swarms is not None:
+            declared = self.swarms.get(hello.swarm)
             if declared is None:
-                names = sorted(n for n, e in self.config.swarms.items() if e.manifest.public)
+                names = sorted(n for n, e in self.swarms.items() if e.manifest.public)
                 raise p.ProtocolError(p.Code.UNAUTHORIZED, f"this relay serves no swarm {hello.swarm!r}"
                                       + (f" (public: {', '.join(names)[:120]})" if names else ""))
             if declared.token is not None and not _token_ok(hello.token, declared.token):

@@ -7,8 +7,8 @@ the whole swarm's. Both are coroutines for that reason: a shared store is read w
 in-memory backend answers at once). Redis unreachable: ``relay.backend.Unavailable``.
 
 Everything here is public: anyone who can reach the relay's port can read it (see
-docs/DEPLOY.md). It holds no token, no key, no address; node ids are already public (every
-group a node shares carries its id and key). A URL names a swarm, so a request for an unknown
+docs/DEPLOY.md). It holds no token, no private key, no address (a manifest key's public half, yes); node ids
+are already public (every group a node shares carries its id and key). A URL names a swarm, so a request for an unknown
 swarm must not create state: such swarms are answered with zeros, and nothing is loaded.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from relay.swarms import SwarmEntry
 from relay.view import RelayView
 from wire.identity import display_name
-from wire.manifest import mix_summary
+from wire.manifest import mix_summary, signer_hex
 from wire.points import points
 from wire.protocol import LEADERBOARD_ROWS
 
@@ -85,6 +85,10 @@ async def public_swarms(relay: RelayView, declared: Mapping[str, SwarmEntry] | N
             "completions": m.completions,
             "max_tokens": m.max_tokens,
             "digest": entry.digest,
+            # Where the operator signs manifests: the key and its signature of (swarm, digest), so that anyone can check
+            # the listing (wire.manifest.manifest_signature_ok) and the key an invite pins; "" where unsigned.
+            "signer": signer_hex(entry.signer),
+            "signature": entry.signature.hex() if entry.signature is not None else "",
             "peers_online": await relay.backend.peers_online(name, len(relay.peers.get(name, {}))),
             "groups_per_minute": round(await relay.backend.groups_per_minute(name, now)),
         })

@@ -23,19 +23,23 @@ Settings are checked against the size caps (``wire.task_caps``) always, and agai
 (unknown datasets, settings it rejects) where it is installed; the relay-only image does not carry it, so
 there the relay says so once and the nodes, which always have it, check on join. Tokens stay here: a
 manifest never carries one.
+
+With ``--manifest-key FILE`` (relay/manifest_key.py) the relay signs each manifest once at start (``sign_swarms``):
+the welcome and ``GET /swarms`` carry the signer, so a node that pins it follows only rules its operator signed.
 """
 
 from __future__ import annotations
 
 import importlib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from wire.manifest import Manifest, manifest_digest, manifest_problem
+from wire.identity import Identity
+from wire.manifest import Manifest, manifest_digest, manifest_problem, sign_manifest
 from wire.protocol import swarm_name_problem
 
 MAX_SWARMS_IN_FILE = 256
@@ -44,11 +48,13 @@ _SWARM_KEYS = {"description", "public", "token", "completions", "max_tokens", "f
 
 @dataclass(frozen=True)
 class SwarmEntry:
-    """One declared swarm: its manifest, digest and (private swarms) token."""
+    """One declared swarm: its manifest, digest, (private swarms) token and, where signed, signer and signature."""
 
     manifest: Manifest
     digest: str
     token: str | None = None
+    signer: bytes | None = None  # the manifest key's raw public key (``sign_swarms``)
+    signature: bytes | None = None
 
 
 def load_swarms(path: Path, relay_token: str | None = None) -> tuple[dict[str, SwarmEntry], list[str]]:
@@ -75,6 +81,12 @@ def load_swarms(path: Path, relay_token: str | None = None) -> tuple[dict[str, S
     notes = [] if rg is not None else ["reasoning-gym is not installed here: swarm settings checked against the size "
                                        "caps only (each node checks them with reasoning-gym when it joins)"]
     return out, notes
+
+
+def sign_swarms(swarms: dict[str, SwarmEntry], key: Identity) -> dict[str, SwarmEntry]:
+    """Each swarm with its manifest signed by ``key`` (``wire.manifest.sign_manifest``): done once, at start."""
+    return {name: replace(entry, signer=key.public_key, signature=sign_manifest(key, entry.manifest))
+            for name, entry in swarms.items()}
 
 
 def _entry(name: str, table: Any, relay_token: str | None, rg: Any) -> SwarmEntry:

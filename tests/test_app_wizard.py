@@ -169,7 +169,7 @@ def test_a_pasted_invite_link_fills_the_join_page_and_pins_its_digests(qtbot):
     qtbot.addWidget(page)
     form = page.form
     invite = Invite(relays=["wss://a.example:8765", "wss://b.example:8765"], swarm="lab", token="s3cret",
-                    ca_sha256="c" * 64, manifest_digest="d" * 64)
+                    ca_sha256="c" * 64, manifest_digest="d" * 64, manifest_signer="5" * 64)
     form.invite.setText(format_invite_https(invite))  # the https form a status page shows works the same
     assert form.kind == "private" and form.relay.text() == "wss://a.example:8765,wss://b.example:8765"
     assert form.swarm.text() == "lab" and form.token.text() == "s3cret" and page.isComplete()
@@ -177,6 +177,13 @@ def test_a_pasted_invite_link_fills_the_join_page_and_pins_its_digests(qtbot):
     form.store(s)
     assert s.swarm_kind == "private" and s.node["token"] == "s3cret"
     assert s.node["relay_ca_sha256"] == "c" * 64 and s.node["manifest_digest"] == "d" * 64
+    assert s.node["manifest_signer"] == "5" * 64  # the operator's manifest key: only rules it signed are followed
+    again = SwarmPage()  # Preferences reopened: the pins stay, also when the volunteer saves again
+    qtbot.addWidget(again)
+    again.form.load(s)
+    again.form.store(s2 := AppSettings())
+    assert {k: s2.node.get(k) for k in ("relay_ca_sha256", "manifest_digest", "manifest_signer")} == {
+        "relay_ca_sha256": "c" * 64, "manifest_digest": "d" * 64, "manifest_signer": "5" * 64}
     link = format_invite(invite)
     form.invite.setText(link[:-3])  # cut short in the copy
     assert not page.isComplete() and form.problem.text().startswith("invite link: ")
@@ -192,7 +199,8 @@ def test_the_app_opens_at_the_join_step_with_a_link_argument(qtbot, dirs):
     from app.wizard import SetupWizard
     from wire.invite import Invite, format_invite
 
-    link = format_invite(Invite(relays=["ws://127.0.0.1:8765"], swarm="sums", manifest_digest="e" * 64))
+    link = format_invite(Invite(relays=["ws://127.0.0.1:8765"], swarm="sums", manifest_digest="e" * 64,
+                                manifest_signer="5" * 64))
     assert build_parser().parse_args([link]).link == link  # what the desktop file's `sapo %u` passes
     wizard = SetupWizard(AppSettings(setup_done=True), 2, measure=False, invite=link)
     qtbot.addWidget(wizard)
@@ -201,8 +209,9 @@ def test_the_app_opens_at_the_join_step_with_a_link_argument(qtbot, dirs):
     assert form.invite.text() == link and form.kind == "public" and form.swarm.text() == "sums"
     settings = wizard.result_settings()
     assert settings.node["relay"] == "ws://127.0.0.1:8765" and settings.node["manifest_digest"] == "e" * 64
-    store.save(settings)  # the engine's node.toml takes the pinned digest: a setting it knows
-    assert store.load().node["manifest_digest"] == "e" * 64
+    assert settings.node["manifest_signer"] == "5" * 64
+    store.save(settings)  # the engine's node.toml takes the pinned digest and signer: settings it knows
+    assert store.load().node["manifest_digest"] == "e" * 64 and store.load().node["manifest_signer"] == "5" * 64
 
 
 def test_the_join_page_lists_a_relays_public_swarms_to_pick_from(qtbot, tmp_path):
@@ -227,7 +236,7 @@ def test_the_join_page_lists_a_relays_public_swarms_to_pick_from(qtbot, tmp_path
         assert item.text() == "arithmetic — Small sums for small models (0 volunteers online)"
         assert "basic_arithmetic x2 max_digits 1..2; chain_sum" in item.toolTip()
         assert "smollm2-135m, gemma-3-270m" in item.toolTip()
-        form.pins = {"manifest_digest": "d" * 64}  # an earlier invite's, for another swarm
+        form.pins = {"manifest_digest": "d" * 64, "manifest_signer": "5" * 64}  # an earlier invite's, another swarm
         form.swarm_list.setCurrentRow(0)  # the volunteer picks it: no name typed
         assert form.swarm.text() == "arithmetic" and page.isComplete() and form.pins == {}
         s = AppSettings()

@@ -18,6 +18,7 @@ INVITES = st.builds(
     token=st.one_of(st.none(), st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40)),
     ca_sha256=st.one_of(st.none(), HEX64),
     manifest_digest=st.one_of(st.none(), HEX64),
+    manifest_signer=st.one_of(st.none(), HEX64),
 )
 
 
@@ -76,4 +77,30 @@ def test_bad_field_values_are_named() -> None:
     pairs = [("v", "1"), ("relay", "http://h:1"), ("swarm", "s")]
     link = "sapo-swarm://join?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in pairs) + f"&check={_check(pairs)}"
     with pytest.raises(InviteError, match="relay"):
+        parse_invite(link)
+
+
+def test_a_signer_pin_travels_in_the_link_and_cannot_be_swapped() -> None:
+    invite = Invite(relays=["wss://relay.example:8765"], swarm="sums", manifest_digest="d" * 64,
+                    manifest_signer="5" * 64)
+    link = format_invite(invite)
+    assert "&signer=" + "5" * 64 + "&check=" in link and parse_invite(link).manifest_signer == "5" * 64
+    # Another key typed over it (by mistake, or by hand): the check says so. It is no signature: an invite is only
+    # as trustworthy as the way it came from the operator (wire/invite.py).
+    with pytest.raises(InviteError, match="altered"):
+        parse_invite(link.replace("5" * 64, "6" * 64))
+    # Cut out, the pin is gone but so is the check's agreement: refused too.
+    with pytest.raises(InviteError, match="altered"):
+        parse_invite(link.replace("&signer=" + "5" * 64, ""))
+    # Links from before the field read as before: no signer pinned.
+    older = format_invite(Invite(relays=invite.relays, swarm="sums", manifest_digest="d" * 64))
+    assert "signer" not in older and parse_invite(older).manifest_signer is None
+
+
+def test_a_signer_that_is_not_a_key_is_named() -> None:
+    from wire.invite import _check, quote
+
+    pairs = [("v", "1"), ("relay", "ws://h:1"), ("swarm", "s"), ("signer", "not-a-key")]
+    link = "sapo-swarm://join?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in pairs) + f"&check={_check(pairs)}"
+    with pytest.raises(InviteError, match="the invite link's signer is invalid"):
         parse_invite(link)

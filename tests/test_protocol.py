@@ -46,6 +46,8 @@ MESSAGES: list[p.Message] = [
     p.Challenge(nonce=bytes(32)),
     p.Auth(signature=SIG),
     p.Welcome(node_id=NODE, peers=3, limits=LIMITS, server_version="x"),
+    p.Welcome(node_id=NODE, peers=3, limits=LIMITS, server_version="x", manifest={"swarm": "s"},
+              manifest_digest="ab" * 32, manifest_signer=ME.public_key, manifest_signature=SIG),
     p.Publish(groups=[group()], signatures=[SIG]),
     p.Ack(accepted=1, rejected=[p.Rejection(0, "duplicate")]),
     p.Sample(n=4, max_age_s=30.0, tasks=["basic_arithmetic"]),

@@ -104,3 +104,62 @@ def test_unreachable_redis_is_one_line(tmp_path: Path) -> None:
     done = relay_cli("--port", "0", "--data-dir", str(tmp_path), "--redis", f"redis://127.0.0.1:{port}/0")
     assert done.returncode == 1
     assert "cannot reach Redis" in one_clear_line(done.stderr)
+
+
+SWARMS = "[swarms.sums]\ncompletions = 4\nmax_tokens = 24\n[swarms.sums.tasks.chain_sum]\n"
+
+
+def test_keygen_makes_a_private_key_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from wire.identity import Identity
+
+    key = tmp_path / "manifest.key"
+    assert main(["keygen", str(key)]) == 0
+    out = capsys.readouterr().out
+    assert (key.stat().st_mode & 0o777) == 0o600
+    signer = Identity.from_pem(key.read_bytes()).public_key.hex()
+    assert f"signer {signer}" in out.splitlines()  # what invites pin and GET /swarms lists
+    before = key.read_bytes()
+    assert main(["keygen", str(key)]) == 2  # never over a key nodes may pin
+    assert "exists: not overwritten" in one_clear_line(capsys.readouterr().err)
+    assert key.read_bytes() == before
+    assert main(["keygen", str(tmp_path / "no-such-dir" / "k")]) == 2
+    assert "cannot create" in one_clear_line(capsys.readouterr().err)
+
+
+def test_manifest_key_problems_are_one_line_before_listening(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    swarms = tmp_path / "swarms.toml"
+    swarms.write_text(SWARMS)
+    not_pem = tmp_path / "notes.txt"
+    not_pem.write_text("hello\n")
+    ec_key = tmp_path / "tls.key"  # a TLS key given by mistake
+    ec_key.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    cases = [
+        (["--swarms", str(swarms), "--manifest-key", str(tmp_path / "missing.key")], "cannot read --manifest-key"),
+        (["--swarms", str(swarms), "--manifest-key", str(not_pem)], "not a PEM private key"),
+        (["--swarms", str(swarms), "--manifest-key", str(ec_key)], "not an Ed25519 private key"),
+        (["--manifest-key", str(ec_key)], "give that too"),  # nothing to sign without --swarms
+    ]
+    for args, words in cases:
+        assert main(["--port", "0", "--data-dir", str(tmp_path / "d"), *args]) == 2, args
+        assert words in one_clear_line(capsys.readouterr().err)
+    assert main(["invite", "sums", "--swarms", str(swarms), "--url", "ws://h:1", "--manifest-key", str(not_pem)]) == 2
+    assert "not a PEM private key" in one_clear_line(capsys.readouterr().err)
+
+
+def test_a_readable_manifest_key_is_used_with_a_warning(tmp_path: Path) -> None:
+    from relay.manifest_key import read_manifest_key
+    from wire.identity import Identity
+
+    key = tmp_path / "k.pem"
+    key.write_bytes(Identity.from_seed(b"\x01" * 32).to_pem())
+    key.chmod(0o644)  # as container secrets are often mounted
+    identity, notes = read_manifest_key(key)
+    assert identity.public_key == Identity.from_seed(b"\x01" * 32).public_key
+    assert len(notes) == 1 and "readable by other users" in notes[0]
+    key.chmod(0o600)
+    assert read_manifest_key(key)[1] == []

@@ -259,8 +259,9 @@ class Relay(Event, tag="relay", frozen=True):
 
 class SwarmManifest(Event, tag="manifest", frozen=True):
     """The swarm's manifest (wire/manifest.py) as this node met it: ``adopted`` (its mix is this node's now),
-    ``changed`` (the relay announces another digest than the one this node joined with: ``changes`` says what;
-    the node keeps the one it joined with), ``refused`` (``reason``; the node trains alone on its own mix)."""
+    ``changed`` (the relay announces another digest than the one this node joined with, or the one it joined signed
+    comes signed by another key or unsigned: ``changes`` says what; the node keeps the one it joined with),
+    ``refused`` (``reason``; the node trains alone on its own mix)."""
 
     state: Literal["adopted", "changed", "refused"]
     swarm: str
@@ -270,6 +271,8 @@ class SwarmManifest(Event, tag="manifest", frozen=True):
     max_tokens: int | None = None
     format_bonus: float | None = None
     joined_digest: str = ""  # changed: the digest this node joined with and keeps
+    signer: str = ""  # the key that signed the manifest this event is about (64 hex; "" unsigned)
+    joined_signer: str = ""  # changed: the signer of the one this node joined with and keeps
     changes: list[str] = []
     reason: str = ""
 

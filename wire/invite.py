@@ -7,10 +7,12 @@ Two forms of the same content::
 
 Fields: ``relay`` (one or more, replicas in order), ``swarm``, ``token`` (a private swarm's), ``ca`` (sha256 of a
 self-signed relay's certificate, 64 hex), ``digest`` (the sha256 of the swarm manifest the inviter meant, 64 hex),
-and ``check``: the first 8 hex of sha256 over the other fields, always last. ``check`` catches a truncated or
-mistyped link, or one edited by hand; it is no signature (anyone can recompute it): what pins the relay is ``ca``,
-and what pins the swarm's rules is ``digest``. In the https form the fields are the fragment, which browsers
-never send to a server, so a token in it does not reach web logs.
+``signer`` (the public key of the operator's manifest key, 64 hex: wire/manifest.py), and ``check``: the first 8
+hex of sha256 over the other fields, always last. ``check`` catches a truncated or mistyped link, or one edited by
+hand; it is no signature (anyone can recompute it): what pins the relay is ``ca``, and what pins the swarm's rules
+is ``digest`` and ``signer``, so a link is only as trustworthy as the way it came from the operator. Fields are
+added optional: a link without the newer ones reads as before. In the https form the fields are the fragment,
+which browsers never send to a server, so a token in it does not reach web logs.
 
 ``parse_invite`` raises ``InviteError`` with one line naming what is wrong; ``format_invite`` and
 ``parse_invite`` round-trip (tests/test_invite.py, property-tested).
@@ -33,7 +35,7 @@ INVITE_VERSION: Final = 1
 MAX_LINK_CHARS: Final = 4096
 MAX_RELAYS: Final = 8
 Hex64 = Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")]
-_FIELDS: Final = ("v", "relay", "swarm", "token", "ca", "digest", "check")
+_FIELDS: Final = ("v", "relay", "swarm", "token", "ca", "digest", "signer", "check")
 
 
 class InviteError(ValueError):
@@ -46,6 +48,7 @@ class Invite(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     token: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
     ca_sha256: Hex64 | None = None
     manifest_digest: Hex64 | None = None
+    manifest_signer: Hex64 | None = None
 
     def __post_init__(self) -> None:
         for url in self.relays:
@@ -57,7 +60,8 @@ class Invite(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 def _pairs(invite: Invite) -> list[tuple[str, str]]:
     pairs = [("v", str(INVITE_VERSION))] + [("relay", url) for url in invite.relays] + [("swarm", invite.swarm)]
-    for key, value in (("token", invite.token), ("ca", invite.ca_sha256), ("digest", invite.manifest_digest)):
+    for key, value in (("token", invite.token), ("ca", invite.ca_sha256), ("digest", invite.manifest_digest),
+                       ("signer", invite.manifest_signer)):
         if value is not None:
             pairs.append((key, value))
     return pairs
@@ -123,7 +127,7 @@ def parse_invite(link: str) -> Invite:
     values: dict[str, list[str]] = {}
     for key, value in body[1:]:
         values.setdefault(key, []).append(value)
-    for key in ("swarm", "token", "ca", "digest"):
+    for key in ("swarm", "token", "ca", "digest", "signer"):
         if len(values.get(key, [])) > 1:
             raise InviteError(f"the invite link gives {key} twice")
     if not values.get("relay"):
@@ -133,9 +137,11 @@ def parse_invite(link: str) -> Invite:
     one = {k: v[0] for k, v in values.items() if k != "relay"}
     try:
         return msgspec.convert({"relays": values["relay"], "swarm": one["swarm"], "token": one.get("token"),
-                                "ca_sha256": one.get("ca"), "manifest_digest": one.get("digest")}, Invite)
+                                "ca_sha256": one.get("ca"), "manifest_digest": one.get("digest"),
+                                "manifest_signer": one.get("signer")}, Invite)
     except (msgspec.ValidationError, ValueError) as exc:
         field = str(exc).rpartition("$.")[2].rstrip("`") if "$." in str(exc) else ""
-        name = {"relays": "relay", "ca_sha256": "ca", "manifest_digest": "digest"}.get(field.split("[")[0], field)
+        name = {"relays": "relay", "ca_sha256": "ca", "manifest_digest": "digest",
+                "manifest_signer": "signer"}.get(field.split("[")[0], field)
         raise InviteError(f"the invite link's {name or 'content'} is invalid: {str(exc).split(' - at ')[0]}"
                           ) from None

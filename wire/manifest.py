@@ -15,6 +15,14 @@ that bound what generating and scoring one question can cost. A dataset without 
 
 ``manifest_digest`` is the sha256 of the canonical encoding (keys sorted): a node records the digest it
 joined with and shows a change instead of following it silently; an invite link can pin it (wire/invite.py).
+
+An operator may sign the manifests with a key of the relay's (``sapo-relay --manifest-key``): ``sign_manifest``
+covers the purpose ``manifest``, the swarm's name and the digest (``wire.identity``'s framing), so one signature
+says "this key's holder set these rules for this swarm" and is valid for no other swarm or purpose. The digest
+stands for the content (sha256 of the canonical bytes), so signing it is signing the manifest, and a node checks
+a signature with the digest it has verified already. A signer is named by its raw public key as 64 hex
+(``signer_hex``): the form an invite link pins and ``GET /swarms`` lists. A node records the signer beside the
+digest; a manifest it joined signed, now signed by another key or no longer signed, is a change (``signer_changes``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from wire import identity as ident
+from wire.identity import Identity
 from wire.protocol import MAX_COMPLETIONS, MAX_CONFIG_ITEMS, MAX_FORMAT_BONUS, ConfigValue, Name, SwarmName
 from wire.task_caps import ANY_TASK_CAPS, config_within_caps
 
@@ -42,6 +52,8 @@ Number = int | float
 Pair = Annotated[list[int | float], msgspec.Meta(min_length=2, max_length=2)]
 LevelPair = Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_LEVEL)]], msgspec.Meta(min_length=2, max_length=2)]
 Digest = Annotated[str, msgspec.Meta(pattern=DIGEST_PATTERN)]
+SIGNER_PATTERN: Final = DIGEST_PATTERN  # an Ed25519 public key as 64 hex, like a digest
+MANIFEST: Final = b"manifest"  # what a manifest signature is for (wire.identity: a purpose)
 
 
 class ManifestTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -108,6 +120,34 @@ def manifest_bytes(manifest: Manifest) -> bytes:
 
 def manifest_digest(manifest: Manifest) -> str:
     return hashlib.sha256(manifest_bytes(manifest)).hexdigest()
+
+
+def sign_manifest(identity: Identity, manifest: Manifest) -> bytes:
+    """The operator's signature of ``manifest``: over its swarm's name and its digest, for the purpose ``manifest``."""
+    return identity.sign(MANIFEST, *_signed_parts(manifest))
+
+
+def manifest_signature_ok(public_key: bytes, signature: bytes, manifest: Manifest) -> bool:
+    """True when ``signature`` is ``public_key``'s holder signing this manifest for its swarm (``sign_manifest``)."""
+    return ident.verify(public_key, signature, MANIFEST, *_signed_parts(manifest))
+
+
+def _signed_parts(manifest: Manifest) -> tuple[bytes, bytes]:
+    return manifest.swarm.encode(), bytes.fromhex(manifest_digest(manifest))
+
+
+def signer_hex(public_key: bytes | None) -> str:
+    """A signer as people and links name it: its raw public key as 64 lowercase hex ("" for an unsigned manifest)."""
+    return bytes(public_key).hex() if public_key is not None else ""
+
+
+def signer_changes(joined: bytes | None, announced: bytes | None) -> list[str]:
+    """How the signer of a manifest differs from the one a node joined with, in short words: [] when it does not
+    count as a change. A manifest joined unsigned and now signed (same digest) is no change: the rules are the same,
+    and a node may take the signer then (engine/run/joining.py)."""
+    if joined is None or joined == announced:
+        return []
+    return ["no longer signed"] if announced is None else [f"signed by another key ({signer_hex(announced)[:12]})"]
 
 
 def manifest_problem(manifest: Manifest) -> str | None:

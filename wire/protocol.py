@@ -12,7 +12,7 @@ Conversation (one reply per request, in order)::
     hello {swarm, public_key, ...}       ->
                                          <- challenge {nonce}            (or error + close)
     auth {signature of the nonce}        ->
-                                         <- welcome {node_id, peers, limits, manifest?}   (or error + close)
+                                         <- welcome {node_id, peers, limits, manifest?, signature?}   (or error + close)
     publish {groups, signatures}         ->
                                          <- ack {accepted, rejected}
     sample {n, max_age_s, tasks}         ->
@@ -32,6 +32,8 @@ Who signs what (Ed25519, ``wire.identity``; each signature is bound to its purpo
   (``shared_group_ok``) and not even the relay can forge or alter a group.
 - ``report``: the content digests of the groups the node actually trained on; only these
   count as "adopted", once per (receiver, group).
+- the swarm's manifest, where the operator has a manifest key (``wire.manifest.sign_manifest``): its swarm and
+  digest, so a node that pins the key knows the rules came from the operator and not from whoever runs the relay.
 
 Connecting (``websockets`` asyncio client)::
 
@@ -74,7 +76,8 @@ from wire.identity import Identity
 # v2: signed identities (challenge at hello), signed groups and reports, no chosen names.
 # v3: the welcome carries the swarm's manifest and its digest (wire/manifest.py) where the relay declares one;
 #     a group names its author's stream (``Group.origin``, checked: ``authored_by``) and ``group_digest`` covers
-#     its normalised content (wire/authorship.py). Both came before v3 was released, so no v4.
+#     its normalised content (wire/authorship.py); the welcome's manifest may come signed by the operator's key
+#     (``manifest_signer``, ``manifest_signature``: wire/manifest.py). All came before v3 was released, so no v4.
 PROTOCOL_VERSION = 3
 
 # Bounds on what a peer may send. Generous for real use, tight enough that one
@@ -328,6 +331,10 @@ class Welcome(_Message, tag="welcome", frozen=True):
     # (``wire.manifest.decode_manifest``) and refuses a bad one without refusing the relay.
     manifest: dict[str, Any] | None = None
     manifest_digest: Annotated[str, msgspec.Meta(pattern=r"\A[0-9a-f]{64}\Z")] | None = None
+    # Where the operator signs manifests (``sapo-relay --manifest-key``): the key's raw public key and its signature
+    # of this manifest (``wire.manifest.sign_manifest``), both or neither. Checked by the node, as the manifest is.
+    manifest_signer: PublicKey | None = None
+    manifest_signature: Signature | None = None
 
 
 class Publish(_Message, tag="publish", frozen=True):

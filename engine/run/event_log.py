@@ -114,7 +114,8 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
                 wait = max(0, round((e.retry_at or 0) - time.time()))
                 line = f"relay: {e.url} unreachable ({e.reason}); training on local groups, next try in {wait}s"
             case ev.SwarmManifest(state="adopted"):
-                line = (f"swarm {e.swarm}: following its manifest {e.digest[:12]} | L={e.completions} "
+                signed = f" signed by {e.signer[:12]}" if e.signer else ""
+                line = (f"swarm {e.swarm}: following its manifest {e.digest[:12]}{signed} | L={e.completions} "
                         f"max_tokens {e.max_tokens} | {'; '.join(e.mix)}")
             case ev.SwarmManifest(state="changed"):
                 line = (f"swarm {e.swarm}: its manifest changed ({e.joined_digest[:12]} -> {e.digest[:12]}: "

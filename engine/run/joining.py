@@ -4,11 +4,18 @@ At start the runner connects once and reads the relay's manifest from its welcom
 not reach its relay then (or whose relay had no manifest) trains on its own mix; once it connects and the relay
 announces a manifest, the node takes the same decision at its next round boundary (``pending``, ``follow``;
 engine/run/node.py) and switches its mix there. In this order:
-- a manifest the node cannot check (bounds, digest, caps) was already refused by the client: train alone;
+- a manifest the node cannot check (bounds, digest, caps, a signature its signer did not make) was already
+  refused by the client: train alone;
 - a pinned digest (``manifest_digest``, e.g. from an invite link) that differs: refused, train alone;
-- a digest recorded in the data dir (``swarm-manifest.json``, the one this node joined with before) that
-  differs: the change is reported (what changed) and the node keeps the recorded manifest;
-- else the announced manifest is adopted and recorded.
+- a pinned signer (``manifest_signer``: the operator's manifest key, wire/manifest.py) that did not sign it (an
+  unsigned manifest included): refused, train alone;
+- a manifest recorded in the data dir (``swarm-manifest.json``, the one this node joined with before, its signer
+  beside its digest) that the announced one differs from (another digest; or, joined signed, signed by another key
+  or unsigned now), unless the invite pins the digest or another signer: the change is reported (what changed)
+  and the node keeps the recorded manifest;
+- else the announced manifest is adopted and recorded, with its signer.
+A signer pin lets a node take rules from a relay it cannot otherwise tell from its operator (a replica, a host run
+for the operator): whoever does not hold the key cannot hand it other rules, however consistent their digest.
 A manifest this node's reasoning-gym cannot follow is refused too, in one line, and the node trains alone on
 its own mix. Without a manifest nothing changes: the node's own settings, as before.
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 from engine.config import NodeConfig
@@ -26,7 +34,8 @@ from engine.run.event_log import EventLog
 from engine.sharing.swarm_client import SwarmClient
 from engine.tasks.swarm_mix import SwarmMix, swarm_mix
 from wire import events as ev
-from wire.manifest import Manifest, decode_manifest, manifest_bytes, manifest_digest, mix_summary
+from wire.manifest import (SIGNER_PATTERN, Manifest, decode_manifest, manifest_bytes, manifest_digest, mix_summary,
+                           signer_hex)
 
 RECORD = "swarm-manifest.json"
 
@@ -47,38 +56,62 @@ def follow(client: SwarmClient, cfg: NodeConfig, data_dir: Path,
     """The decision on the manifest ``client`` holds (see the module's docstring): ``cfg`` and None unless adopted."""
     if client.refused is not None or client.manifest is None:
         return cfg, None  # refused: already said; no manifest: today's behaviour
-    announced, digest = client.manifest, client.manifest_digest or manifest_digest(client.manifest)
-    if cfg.manifest_digest is not None and digest != cfg.manifest_digest:
-        client.refuse(f"relay {client.url} announces manifest {digest[:12]} for swarm {cfg.swarm}, "
-                      f"but the invite pins {cfg.manifest_digest[:12]}")
+    digest = client.manifest_digest or manifest_digest(client.manifest)
+    if (why := _against_pins(client, cfg, digest)) is not None:
+        client.refuse(why)
         return cfg, None
-    manifest = announced
+    manifest, signer = client.manifest, client.manifest_signer
     recorded = _recorded(data_dir, cfg.swarm, events)
-    if recorded is not None and cfg.manifest_digest is None and manifest_digest(recorded) != digest:
-        client.tell_change(recorded, announced, digest, events.emit)
-        manifest, digest = recorded, manifest_digest(recorded)
+    if recorded is not None and _keeps_record(client, cfg, *recorded, events):
+        manifest, signer = recorded
+        digest = manifest_digest(manifest)
     try:
         mix = swarm_mix(manifest, digest, cfg.task_config, cfg.task_levels)
     except SapoError as exc:
         client.refuse(str(exc))
         return cfg, None
-    client.joined = manifest
-    _record(data_dir, manifest)
+    client.joined, client.joined_signer = manifest, signer
+    _record(data_dir, manifest, signer)
     for note in mix.notes:
         events.status(f"swarm {cfg.swarm}: {note}")
     events.emit(ev.SwarmManifest(state="adopted", swarm=manifest.swarm, digest=digest, mix=mix_summary(manifest),
                                  completions=manifest.completions, max_tokens=manifest.max_tokens,
-                                 format_bonus=manifest.format_bonus))
+                                 format_bonus=manifest.format_bonus, signer=signer_hex(signer)))
     cfg = dataclasses.replace(cfg, completions=manifest.completions, max_tokens=manifest.max_tokens,
                               format_bonus=manifest.format_bonus, tasks=[e.dataset for e in mix.mix],
                               task_weights={e.dataset: e.weight for e in mix.mix},
                               task_config={e.dataset: dict(e.config) for e in mix.mix},
-                              task_levels=dict(mix.levels), manifest_digest=digest)
+                              task_levels=dict(mix.levels), manifest_digest=digest,
+                              manifest_signer=signer_hex(signer) or cfg.manifest_signer)
     return cfg, mix
 
 
-def _recorded(data_dir: Path, swarm: str, events: EventLog) -> Manifest | None:
-    """The manifest this node joined ``swarm`` with before, if it is recorded and intact (else None, said)."""
+def _against_pins(client: SwarmClient, cfg: NodeConfig, digest: str) -> str | None:
+    """Why the announced manifest is not the one the invite pins (its digest, its signer), in one line; or None."""
+    if cfg.manifest_digest is not None and digest != cfg.manifest_digest:
+        return (f"relay {client.url} announces manifest {digest[:12]} for swarm {cfg.swarm}, "
+                f"but the invite pins {cfg.manifest_digest[:12]}")
+    signer = signer_hex(client.manifest_signer)
+    if cfg.manifest_signer is not None and signer != cfg.manifest_signer:
+        signed = f"signed by {signer[:12]}" if signer else "unsigned"
+        return (f"relay {client.url} announces a manifest for swarm {cfg.swarm} {signed}, "
+                f"but the invite pins signer {cfg.manifest_signer[:12]}")
+    return None
+
+
+def _keeps_record(client: SwarmClient, cfg: NodeConfig, recorded: Manifest, recorded_signer: bytes | None,
+                  events: EventLog) -> bool:
+    """True when the node keeps the manifest it joined with: the announced one is a change (reported). A pinned
+    digest, or a pinned signer other than the recorded one, decides instead of the record: the invite names what to
+    follow, moved on from the recorded one (the announced manifest has passed the pins already)."""
+    if cfg.manifest_digest is not None or cfg.manifest_signer not in (None, signer_hex(recorded_signer)):
+        return False
+    return client.tell_change(recorded, recorded_signer, events.emit)
+
+
+def _recorded(data_dir: Path, swarm: str, events: EventLog) -> tuple[Manifest, bytes | None] | None:
+    """The manifest this node joined ``swarm`` with before and its signer, if recorded and intact (else None, said).
+    Records from before signed manifests hold no signer: they read as unsigned."""
     path = data_dir / RECORD
     try:
         record = json.loads(path.read_text())
@@ -90,17 +123,22 @@ def _recorded(data_dir: Path, swarm: str, events: EventLog) -> Manifest | None:
     if not isinstance(record, dict) or record.get("swarm") != swarm:
         return None  # another swarm's: joining this one is a first join
     try:
-        return decode_manifest(record.get("manifest"), record.get("digest"))
+        signer = record.get("signer", "")
+        if signer and not (isinstance(signer, str) and re.match(SIGNER_PATTERN, signer)):
+            raise ValueError(f"its signer {str(signer)[:20]!r} is not 64 hex")
+        return decode_manifest(record.get("manifest"), record.get("digest")), bytes.fromhex(signer) if signer else None
     except (ValueError, TypeError) as exc:
         events.status(f"{path} does not hold up ({exc}): the relay's manifest is taken as new")
         return None
 
 
-def _record(data_dir: Path, manifest: Manifest) -> None:
-    """Atomically: the manifest this node follows in its swarm."""
+def _record(data_dir: Path, manifest: Manifest, signer: bytes | None) -> None:
+    """Atomically: the manifest this node follows in its swarm, and the key that signed it (absent: unsigned)."""
     path = data_dir / RECORD
     tmp = path.with_suffix(".tmp")
     body = {"swarm": manifest.swarm, "digest": manifest_digest(manifest),
             "manifest": json.loads(manifest_bytes(manifest))}
+    if signer is not None:
+        body["signer"] = signer_hex(signer)
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)

@@ -143,7 +143,7 @@ def invite_settings(link: str | None) -> dict[str, Any]:
         raise SapoError(f"invite link: {exc}") from None
     values: dict[str, Any] = {"relay": ",".join(invite.relays), "swarm": invite.swarm, "offline": False}
     for name, value in (("token", invite.token), ("relay_ca_sha256", invite.ca_sha256),
-                        ("manifest_digest", invite.manifest_digest)):
+                        ("manifest_digest", invite.manifest_digest), ("manifest_signer", invite.manifest_signer)):
         if value is not None:
             values[name] = value
     return values

@@ -35,7 +35,8 @@ from engine.errors import SapoError, first_line
 from wire import events as ev
 from wire.addresses import relay_url_problem, relay_urls_problem, split_relay_urls
 from wire.identity import Identity
-from wire.manifest import Manifest, decode_manifest, manifest_changes, manifest_digest, mix_summary
+from wire.manifest import (Manifest, decode_manifest, manifest_changes, manifest_digest, manifest_signature_ok,
+                           mix_summary, signer_changes, signer_hex)
 from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
                            Limits, ProtocolError, Publish, Report, Sample, ServerMessage, SharedGroup, StatsReply,
                            StatsRequest, Welcome, authored_by, decode, encode, group_digest, shared_group_ok,
@@ -110,12 +111,15 @@ class SwarmClient:
         self._trained: OrderedDict[str, str] = OrderedDict()  # content digest -> its author (this node: own)
         self._publish_tokens = 0.0  # paces publishing to the relay's groups_per_minute
         self._publish_stamp = time.monotonic()
-        # The swarm's manifest (wire/manifest.py): the one this node joined with, and changes seen since.
+        # The swarm's manifest (wire/manifest.py): the latest announced (with its signer, the signature checked), the
+        # one this node joined with, and changes seen since.
         self.manifest: Manifest | None = None
         self.manifest_digest: str | None = None
+        self.manifest_signer: bytes | None = None
         self.joined: Manifest | None = None
+        self.joined_signer: bytes | None = None
         self.on_manifest = on_manifest
-        self._changes_told: set[str] = set()
+        self._changes_told: set[tuple[str, bytes | None]] = set()
         self.refused: str | None = None  # why this node stopped using the relay for good
 
     @property
@@ -186,8 +190,9 @@ class SwarmClient:
     def _take_manifest(self, welcome: Welcome) -> bool:
         """The swarm's manifest from a welcome (wire/manifest.py), checked here; False (and refused) when it is bad.
 
-        ``manifest``: the latest announced. ``joined``: the one this node follows (set by the runner when it joins,
-        engine/run/joining.py). A different digest later is reported once (``on_manifest``), never followed.
+        ``manifest``: the latest announced, ``manifest_signer`` the key that signed it (None: unsigned). ``joined``:
+        the one this node follows (set by the runner when it joins, engine/run/joining.py). A different digest
+        later, or the joined one signed by another key or unsigned, is reported once (``on_manifest``), never followed.
         """
         if welcome.manifest is None:
             return True
@@ -197,24 +202,34 @@ class SwarmClient:
             manifest = decode_manifest(welcome.manifest, welcome.manifest_digest)
             if manifest.swarm != self.swarm:
                 raise ValueError(f"the manifest is swarm {manifest.swarm!r}'s, not {self.swarm!r}'s")
+            signer = checked_signer(welcome, manifest)
         except ValueError as exc:
             self.refuse(f"relay {self.url} sent a swarm manifest this node refuses: {first_line(exc, 200)}")
             return False
-        digest = welcome.manifest_digest
-        self.manifest, self.manifest_digest = manifest, digest  # the latest announced
+        self.manifest, self.manifest_digest, self.manifest_signer = manifest, welcome.manifest_digest, signer  # latest
         if self.joined is not None and self.on_manifest is not None:
-            self.tell_change(self.joined, manifest, digest, self.on_manifest)
+            self.tell_change(self.joined, self.joined_signer, self.on_manifest)
         return True
 
-    def tell_change(self, joined: Manifest, announced: Manifest, digest: str,
-                    emit: Callable[[ev.SwarmManifest], object]) -> None:
-        """Report (once per announced digest) a manifest other than the one this node follows: what changed."""
-        if digest != manifest_digest(joined) and digest not in self._changes_told:
-            self._changes_told.add(digest)
-            emit(manifest_changed(joined, announced))
+    def tell_change(self, joined: Manifest, joined_signer: bytes | None,
+                    emit: Callable[[ev.SwarmManifest], object]) -> bool:
+        """True if the announced manifest is not the one this node follows (``joined``, signed by ``joined_signer``):
+        another digest, or signed by another key or no longer signed. Reported once per announced digest and signer."""
+        announced, signer = self.manifest, self.manifest_signer
+        if announced is None:
+            return False
+        resigned = signer_changes(joined_signer, signer)
+        if manifest_digest(announced) == manifest_digest(joined) and not resigned:
+            return False
+        told = (manifest_digest(announced), signer)
+        if told not in self._changes_told:
+            self._changes_told.add(told)
+            emit(manifest_changed(joined, joined_signer, announced, signer,
+                                  manifest_changes(joined, announced) + resigned))
+        return True
 
     def refuse(self, why: str) -> None:
-        """Stop using this relay for good (a bad manifest, a pinned digest that does not match): train alone."""
+        """Stop using this relay for good (a bad manifest, a pinned digest or signer it fails): train alone."""
         self.refused = why
         self._close()
         if self.on_manifest is not None:
@@ -372,10 +387,25 @@ class SwarmClient:
                 pass
 
 
-def manifest_changed(joined: Manifest, new: Manifest) -> ev.SwarmManifest:
-    """The event for a relay that announces another manifest than the one this node joined with."""
+def checked_signer(welcome: Welcome, manifest: Manifest) -> bytes | None:
+    """The key that signed the welcome's manifest, its signature checked; None when unsigned. ValueError (one line)
+    for a half-signed manifest or a signature its announced signer did not make: a relay forging its operator's."""
+    if welcome.manifest_signer is None and welcome.manifest_signature is None:
+        return None
+    if welcome.manifest_signer is None or welcome.manifest_signature is None:
+        raise ValueError("the relay sent a manifest signature without its signer, or a signer without a signature")
+    if not manifest_signature_ok(welcome.manifest_signer, welcome.manifest_signature, manifest):
+        named = signer_hex(welcome.manifest_signer)[:12]
+        raise ValueError(f"its signature does not verify with the key it names ({named})")
+    return welcome.manifest_signer
+
+
+def manifest_changed(joined: Manifest, joined_signer: bytes | None, new: Manifest, signer: bytes | None,
+                     changes: list[str]) -> ev.SwarmManifest:
+    """The event for a relay that announces another manifest (or signer) than the one this node joined with."""
     return ev.SwarmManifest(state="changed", swarm=new.swarm, digest=manifest_digest(new), mix=mix_summary(new),
-                            joined_digest=manifest_digest(joined), changes=manifest_changes(joined, new))
+                            joined_digest=manifest_digest(joined), changes=changes, signer=signer_hex(signer),
+                            joined_signer=signer_hex(joined_signer))
 
 
 def peers_online(n: int) -> str:
