@@ -269,6 +269,8 @@ class QuestionStream:
     receiving, refills of dead slots) from lane "extra", so that within a seed every configuration
     of an experiment trains on the same own questions in the same order (engine/lab/experiment.py).
     A second lane takes its task levels from the main one (``levels_from``): one frontier per node.
+    ``factors``: task -> a factor on its weight in the draws (absent: 1): a followed manifest's tasks this node's
+    model never gets right, held back (engine/tasks/held_back.py); set by the node, saved in its checkpoint.
     """
 
     def __init__(self, mix: tuple[TaskEntry, ...], node_id: str, seed: int, heldout: list[Question],
@@ -281,6 +283,7 @@ class QuestionStream:
         self._excluded = {question_key(q) for q in heldout}
         self.lane = lane
         self._levels = levels_from or self
+        self.factors: dict[str, float] = {}
 
     def _task_seed(self, entry: TaskEntry) -> int:
         # Derived from the node id, so a receiver can check who drew a question (wire.authorship); the main
@@ -293,10 +296,14 @@ class QuestionStream:
         for _ in range(n):
             lane = () if self.lane == MAIN_LANE else (self.lane,)
             rng = random.Random(derive_seed("pick", self.node_id, self.seed, *lane, self.state.draws))
-            entry = rng.choices(self.mix, weights=[e.weight for e in self.mix])[0]
+            entry = rng.choices(self.mix, weights=self.weights())[0]
             self.state.draws += 1
             out.append(self._next_of(entry))
         return out
+
+    def weights(self) -> list[float]:
+        """Each task's weight in the draws: the mix's, times its factor where held back."""
+        return [e.weight * self.factors[e.dataset] if e.dataset in self.factors else e.weight for e in self.mix]
 
     def level(self, dataset: str) -> int:
         """The task's current frontier level (0: the mix's settings; moved only with ``frontier``)."""
