@@ -35,7 +35,8 @@ def _lora(model) -> dict[str, torch.Tensor]:
 def test_round_trip_restores_weights_optimizer_and_state(tmp_path: Path, tiny):
     model, opt = tiny
     store = CheckpointStore(tmp_path)
-    state = NodeState(round=3, stream={"draws": 12, "next_index": {"a": 4}}, history=[{"round": 3}], model="m")
+    state = NodeState(round=3, stream={"draws": 12, "next_index": {"a": 4}}, history=[{"round": 3}], model="m",
+                      held_back={"digest": "ab" * 32, "tasks": {"arc_1d": {"groups": 3, "answers": 12, "correct": 0}}})
     path = store.save(model, opt, state)
     assert store.latest() == path and path.name == "round-000003"
     saved = _lora(model)

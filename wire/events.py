@@ -204,6 +204,9 @@ class Round(Event, tag="round", frozen=True):
     task_levels: dict[str, int] = {}  # frontier: each task's difficulty level after the round (0: the mix's settings)
     level_changes: dict[str, int] = {}  # frontier: tasks whose level moved this round, +1 or -1
     group_summaries: list[GroupSummary] = []  # every own and external group of the round, in training order
+    # A followed manifest's tasks this node's model never answered right (engine/tasks/held_back.py): task -> the
+    # factor on its weight in the node's own draws after the round; {} without a manifest or with none held back
+    tasks_held_back: dict[str, float] = {}
 
 
 class TaskEval(msgspec.Struct, frozen=True):

@@ -45,6 +45,9 @@ class NodeState:
     history: list[dict[str, Any]] = field(default_factory=list)  # one summary per round / eval
     config: dict[str, Any] = field(default_factory=dict)
     model: str = ""
+    # A followed manifest's tasks this node's model never got right (engine/tasks/held_back.py): {"digest": the
+    # manifest's, "tasks": {task: Tally as a dict}}; empty without a manifest
+    held_back: dict[str, Any] = field(default_factory=dict)
 
 
 def lora_digest(tensors: dict[str, torch.Tensor]) -> str:

@@ -62,7 +62,7 @@ from engine.sandbox.workers import score_groups
 from engine.sharing.admission import Verifier, cap_external_tokens
 from engine.sharing.selection import Candidate, candidates_to_sample, dead_slots, rank, update_task_accuracy
 from engine.sharing.swarm_client import SwarmClient
-from engine.tasks import frontier
+from engine.tasks import frontier, held_back
 from engine.tasks.groups import Completion, ScoredGroup, group_summary, summarize
 from engine.tasks.swarm_mix import SwarmMix
 from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed,
@@ -141,6 +141,7 @@ class Node:
         self.candidates_seen = 0  # verified external groups offered this round, chosen or not
         self.phases = PhaseReporter(events.emit)
         self._resume()
+        self._count_held_back(resumed=self.round > 0)
         frontier.check_levels(self.mix, cfg.task_levels)
         for task, level in cfg.task_levels.items():  # starting levels; a checkpoint's levels go on instead
             self.stream.state.levels.setdefault(task, {"level": level, "success": None, "graded": 0})
@@ -193,6 +194,25 @@ class Node:
         self.state.config = dataclasses.asdict(cfg) | {"token": None, "model_path": self.state.config["model_path"]}
         for task, level in cfg.task_levels.items():
             self.stream.state.levels.setdefault(task, {"level": level, "success": None, "graded": 0})
+        self._count_held_back(resumed=False)
+
+    def _count_held_back(self, resumed: bool) -> None:
+        """Held-back tasks (engine/tasks/held_back.py): the counts of the manifest this node follows go on from its
+        checkpoint (a resumed node says which tasks it still holds back); another manifest's start over. Without a
+        manifest the counts wait, untouched and unused, for the node to follow one again."""
+        mix = self.swarm_mix
+        if mix is not None and self.state.held_back.get("digest") != mix.digest:
+            self.state.held_back = {"digest": mix.digest, "tasks": {}}
+        if self._apply_held_back() and resumed and mix is not None:
+            tallies = {t: held_back.Tally(**self.state.held_back["tasks"][t]) for t in self.stream.factors}
+            self.events.status(held_back.still_line(mix.manifest.swarm, tallies))
+
+    def _apply_held_back(self) -> dict[str, float]:
+        """The held-back tasks' factors into both question streams' draws (none without a manifest)."""
+        factors = held_back.factors(self.state.held_back.get("tasks", {})) if self.swarm_mix is not None else {}
+        factors = {e.dataset: factors[e.dataset] for e in self.mix if e.dataset in factors}
+        self.stream.factors, self.extra_stream.factors = dict(factors), dict(factors)
+        return factors
 
     @property
     def round(self) -> int:
@@ -218,6 +238,7 @@ class Node:
             self.events.status(f"the checkpoint was trained on {before.name}; continuing on {now.name} "
                                f"(set weights to use the same file)")
         self.state.round, self.state.history = state.round, state.history
+        self.state.held_back = state.held_back  # goes on only under the same manifest (_count_held_back)
         self.stream.state = StreamState(**state.stream)
         self.extra_stream.state = StreamState(**state.extra_stream)
         self.sync.sync(self.policy)  # llama.cpp samples from the resumed policy
@@ -362,8 +383,34 @@ class Node:
         self.stream.state.levels, r.level_changes = frontier.update_levels(self.stream.state.levels, rounds, tops,
                                                                            floors)
 
+    def _hold_back(self, r: RoundWork) -> None:
+        """A followed manifest's task this model never answers right: its own draws at a fraction of its weight, said
+        once; its weight back at the first right answer, said once (engine/tasks/held_back.py). With ``frontier``
+        only answers at the task's lowest level count: above it, the frontier lowers the task first."""
+        mix = self.swarm_mix
+        if mix is None:
+            return
+        counts: dict[str, tuple[int, int, int]] = {}
+        for g in r.own:
+            spec = g.question.spec
+            if self.cfg.frontier and self._level_of(spec) != mix.bounds.get(spec.dataset, (0, 0))[0]:
+                continue
+            groups, answers, correct = counts.get(spec.dataset, (0, 0, 0))
+            counts[spec.dataset] = (groups + 1, answers + len(g.scores), correct + sum(s.correct for s in g.scores))
+        before = self.stream.factors
+        tasks, changes = held_back.update_all(self.state.held_back.get("tasks", {}), counts)
+        self.state.held_back = {"digest": mix.digest, "tasks": tasks}
+        after = self._apply_held_back()
+        weights = {e.dataset: e.weight for e in self.mix}
+        was, now = held_back.shares(weights, before), held_back.shares(weights, after)
+        for task, held in changes.items():
+            tally = held_back.Tally(**tasks[task])
+            self.events.status(held_back.held_line(mix.manifest.swarm, task, tally, was[task], now[task]) if held
+                               else held_back.restored_line(mix.manifest.swarm, task, tally))
+
     def _record(self, r: RoundWork) -> None:
         assert r.train is not None
+        self._hold_back(r)  # before the frontier moves: a group's level is the one it was drawn at
         self._move_levels(r)
         self.state.round = r.number
         self.state.stream = dataclasses.asdict(self.stream.state)
@@ -419,6 +466,8 @@ class Node:
         if self.cfg.frontier:
             metrics["task_levels"] = {e.dataset: self.stream.level(e.dataset) for e in self.mix}
             metrics["level_changes"] = r.level_changes
+        if self.swarm_mix is not None:
+            metrics["tasks_held_back"] = dict(self.stream.factors)
         if r.eval_s:
             metrics["eval_s"] = round(r.eval_s, 2)
         metrics["round_s"] = round(round_s, 3)
@@ -468,9 +517,13 @@ class Node:
         """Frontier: levels between a peer's spec and this node's current level of its task (0: unknown or off)."""
         if not self.cfg.frontier:
             return 0
-        entry = next((e for e in self.mix if e.dataset == spec.dataset), None)
-        level = frontier.level_of(entry.dataset, entry.config, spec.config) if entry is not None else None
+        level = self._level_of(spec)
         return 0 if level is None else abs(level - self.stream.level(spec.dataset))
+
+    def _level_of(self, spec: Any) -> int | None:
+        """A spec's level on the ladder of its task in this node's mix (None: not on it)."""
+        entry = next((e for e in self.mix if e.dataset == spec.dataset), None)
+        return frontier.level_of(entry.dataset, entry.config, spec.config) if entry is not None else None
 
     def _publish(self, groups: list[ScoredGroup], rnd: int) -> int:
         """Share groups with reward spread (the relay refuses the others); returns how many were accepted."""
