@@ -10,6 +10,7 @@ import pytest
 
 from engine.errors import SapoError
 from engine.lab.report import (curves, format_paired, format_table, group_mix, load_runs, only_model, paired, paired_interval,
+                               phase_bounds, phases,
                                report, t975, table)
 
 
@@ -192,3 +193,39 @@ def test_group_mix_reads_what_each_round_trained():
     assert "| alone | 1 | 1.00 | 0.00 | 0.25 | - | 1 : 3 | - | - |" in text
     assert "| swarm | 2 | 0.50 | 1.00 | 0.75 | 0.75 | 3 : 1 | 6 : 2 | 0.50 |" in text
     assert "| swarm | 2, 0.75 |" in text  # per task: 2 external gcd groups
+
+
+def test_phase_bounds_cover_every_round_once():
+    assert phase_bounds(40) == [(1, 10), (11, 20), (21, 30), (31, 40)]
+    assert phase_bounds(10, 4) == [(1, 2), (3, 5), (6, 7), (8, 10)]
+    assert phase_bounds(3, 4) == [(1, 1), (2, 2), (3, 3)]
+    for n in range(1, 30):
+        spans = phase_bounds(n)
+        assert [r for a, b in spans for r in range(a, b + 1)] == list(range(1, n + 1))
+
+
+def test_phases_show_an_early_gain_that_a_late_loss_cancels():
+    # Two agents, 4 rounds: swarm leads by 0.2 a round in rounds 1-2; in rounds 3-4 it trails by 0.2 (agent 0)
+    # and 0.1 (agent 1) a round, so its total is about alone's while the spans show both; its own groups lose
+    # their spread late.
+    def rec(config, agent, rnd, reward, trained, external, fmt):
+        return {"type": "round", "config": config, "seed": 0, "agent": agent, "round": rnd, "reward_mean": reward,
+                "groups_trained": trained, "external_groups": external, "format_rate": fmt}
+    records = []
+    for agent in (0, 1):
+        for rnd in (1, 2, 3, 4):
+            records.append(rec("alone", agent, rnd, 0.5, 3, 0, 0.9))
+            late = rnd > 2
+            records.append(rec("swarm", agent, rnd, 0.3 + 0.1 * agent if late else 0.7, 2 if late else 3, 2,
+                               0.5 if late else 1.0))
+    (p,) = paired(records, {})
+    assert p.total_diff is not None and p.total_diff.mean == pytest.approx(0.1)  # agents: 0.0 and +0.2
+    text = phases(records, parts=2)
+    assert "| configuration | rounds 1-2 | rounds 3-4 |" in text
+    assert "| swarm | +0.40 [+0.40, +0.40] | -0.30 [" in text  # rounds 3-4: agents -0.4 and -0.2
+    assert "| alone | 3.00 / 0.90 | 3.00 / 0.90 |" in text
+    assert "| swarm | 1.00 / 1.00 | 0.00 / 0.50 |" in text
+    assert phases([r for r in records if r["round"] == 1]) == ""  # one round: no spans to compare
+    assert "| alone |" in phases([r for r in records if r["config"] == "alone"])  # no baseline pairs: spans only
+    unfinished = [r for r in records if r["config"] == "alone" or r["round"] <= 2]
+    assert "| swarm | 1.00 / 1.00 | - |" in phases(unfinished, parts=2)  # a span it has not reached

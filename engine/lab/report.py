@@ -15,7 +15,7 @@ Then the paired comparison (configurations are paired within a seed, engine/lab/
 per configuration against the baseline, the mean over (seed, agent) pairs of the difference in
 total reward and in held-out accuracy at the end, each with a 95 % t interval over those pairs,
 beside the held-out change since the start; per task, the held-out difference to the baseline;
-and what the runs cost (agent-rounds, compute hours of rounds and evaluations).
+the same by span of rounds (``phases``: when sharing helped or hurt); and what the runs cost (agent-rounds, compute hours of rounds and evaluations).
 """
 
 from __future__ import annotations
@@ -334,6 +334,58 @@ def group_mix(records: list[dict[str, Any]]) -> str:
     return text
 
 
+def phase_bounds(last_round: int, parts: int = 4) -> list[tuple[int, int]]:
+    """Rounds 1..last_round cut into ``parts`` consecutive spans as equal as whole rounds allow."""
+    parts = max(1, min(parts, last_round))
+    cuts = [i * last_round // parts for i in range(parts + 1)]
+    return [(cuts[i] + 1, cuts[i + 1]) for i in range(parts)]
+
+
+def phases(records: list[dict[str, Any]], baseline: str = "alone", parts: int = 4) -> str:
+    """When in a run sharing helped or hurt: the paired difference to the baseline per span of rounds, and
+    what each configuration's rounds looked like in that span (own groups with spread, answers in format).
+
+    A total over 40 rounds can hide an early gain cancelled by a late loss (run 5: sharing led while the model
+    learned the answer format, then fell behind once its own groups had lost their spread).
+    """
+    configs = list(dict.fromkeys(r["config"] for r in records))
+    if not records:
+        return ""
+    spans = phase_bounds(max(int(r["round"]) for r in records), parts)
+    if len(spans) < 2:
+        return ""
+    head_cells = " | ".join(f"rounds {a}-{b}" for a, b in spans)
+    rule = "|---|" + "---|" * len(spans)
+    text = ""
+    if baseline in configs and len(configs) > 1:
+        text += (f"\nBy span of rounds: total reward minus {baseline} over the span, mean over (seed, agent) pairs "
+                 f"[95 % interval]:\n\n| configuration | {head_cells} |\n{rule}\n")
+        for config in configs:
+            if config == baseline:
+                continue
+            both = _rounds(records, config) & _rounds(records, baseline)
+            cells = []
+            for a, b in spans:
+                span = [r for r in records if (r["seed"], r["agent"], r["round"]) in both and a <= r["round"] <= b]
+                tot, base = agent_totals(span, config), agent_totals(span, baseline)
+                cells.append(_iv(paired_interval([tot[k] - base[k] for k in sorted(set(tot) & set(base))]), 2))
+            text += f"| {config} | " + " | ".join(cells) + " |\n"
+    text += (f"\nBy span of rounds: own groups with spread per round / answers in format:\n\n"
+             f"| configuration | {head_cells} |\n{rule}\n")
+    for config in configs:
+        cells = []
+        for a, b in spans:
+            rs = [r for r in records if r["config"] == config and a <= r["round"] <= b]
+            if not rs:
+                cells.append("-")
+                continue
+            own = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in rs])
+            fmt = [r["format_rate"] for r in rs if r.get("format_rate") is not None]
+            cells.append(f"{own:.2f} / {_mean(fmt):.2f}" if fmt else f"{own:.2f} / -")
+        text += f"| {config} | " + " | ".join(cells) + " |\n"
+    return text
+
+
 def cost(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]]) -> str:
     """What the runs cost: agent-rounds and compute hours (rounds; held-out evaluations apart)."""
     round_h = sum(r.get("round_s", 0.0) for r in records) / 3600
@@ -396,7 +448,8 @@ def only_model(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[
 
 def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
     records, evals = load_runs(dirs)
-    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + group_mix(records) + cost(records, evals)
+    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + phases(records) + group_mix(records) \
+        + cost(records, evals)
     models = sorted({r["model"] for r in records if r.get("model")})
     if len(models) > 1:  # a mixed swarm: each model's agents against their own alone
         for m in models:
