@@ -13,25 +13,23 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.server import ServerConnection, serve
 
 from engine.sharing.swarm_client import SwarmClient
 from engine.tasks.questions import QuestionStream, build_mix
 from wire import protocol as p
 from wire.identity import Identity, node_id_for
 
+from fake_relay import FakeRelay
+
 SWARM = "hostile"
 FRAMED = Identity.from_seed(b"\x07" * 32)  # an honest node whose name the relay abuses
 EVIL = Identity.from_seed(b"\x66" * 32)
-LIMITS = p.Limits(p.MAX_FRAME_BYTES, 32, 64, 32, 64, 16_384, 16_384, 600, 500, 3600.0, 20.0, 40)
 
 
 def honest_group(index: int) -> p.Group:
@@ -60,52 +58,23 @@ def forged_and_genuine() -> tuple[list[p.SharedGroup], p.Group]:
     return served, g[4]
 
 
-class HostileRelay:
+class HostileRelay(FakeRelay):
     """Admits anyone, serves ``served`` to the first sample, records hellos and reports."""
 
     def __init__(self, served: list[p.SharedGroup]) -> None:
+        super().__init__(server_version="evil/1")
         self.served = served
-        self.hellos: list[p.Hello] = []
         self.reports: list[tuple[p.Report, bool]] = []  # and whether its signature checked out
         self._sent = False
-        self.server = serve(self._handle, "127.0.0.1", 0, max_size=p.MAX_FRAME_BYTES)
-        self.url = f"ws://127.0.0.1:{self.server.socket.getsockname()[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> HostileRelay:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.thread.join(10)
-
-    def _handle(self, ws: ServerConnection) -> None:
-        try:
-            hello = p.decode(ws.recv())
-            assert isinstance(hello, p.Hello)
-            self.hellos.append(hello)
-            ws.send(p.encode(p.Challenge(nonce=secrets.token_bytes(32))))
-            p.decode(ws.recv())  # whatever the auth, this relay welcomes it
-            me = node_id_for(hello.public_key)
-            ws.send(p.encode(p.Welcome(node_id=me, peers=2, limits=LIMITS, server_version="evil/1")))
-            while True:
-                ws.send(p.encode(self._answer(hello, me, p.decode(ws.recv()))))
-        except ConnectionClosed:
-            pass
-
-    def _answer(self, hello: p.Hello, me: str, msg: Any) -> p.Message:
+    def answer(self, hello: p.Hello, me: str, msg: Any) -> p.Message:
         if isinstance(msg, p.Sample):
             first, self._sent = not self._sent, True
             return p.Groups(groups=self.served if first else [])
-        if isinstance(msg, p.Publish):
-            return p.Ack(accepted=len(msg.groups))
         if isinstance(msg, p.Report):
             ok = p.report_signature_ok(hello.public_key, msg.signature, hello.swarm, msg.round, msg.trained)
             self.reports.append((msg, ok))
-            return p.Ack(accepted=0)
-        row = p.LeaderboardRow(me, 0, 0, 0, 0.0, 0.0)
-        return p.StatsReply(peers_online=2, groups_per_minute=0.0, leaderboard=[row], you=row)
+        return super().answer(hello, me, msg)
 
 
 @pytest.fixture

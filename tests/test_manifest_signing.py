@@ -11,7 +11,6 @@ import json
 import secrets
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +18,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.server import ServerConnection, serve
 
 from engine.config import NodeConfig, build_config
 from engine.errors import SapoError
@@ -31,11 +28,12 @@ from engine.sharing.swarm_client import SwarmClient
 from relay.swarms import load_swarms
 from wire import events as ev
 from wire import protocol as p
-from wire.identity import Identity, node_id_for
+from wire.identity import Identity
 from wire.invite import parse_invite
 from wire.manifest import (Manifest, ManifestTask, manifest_bytes, manifest_digest, manifest_signature_ok,
                            sign_manifest, signer_changes, signer_hex)
 
+from fake_relay import FakeRelay
 from relay_process import RelayProcess
 
 KEY = Identity.from_seed(b"\x11" * 32)  # the operator's manifest key
@@ -49,7 +47,6 @@ max_tokens = 24
 [swarms.sums.tasks.chain_sum]
 config = { min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1 }
 """
-LIMITS = p.Limits(p.MAX_FRAME_BYTES, 32, 64, 32, 64, 16_384, 16_384, 600, 500, 3600.0, 20.0, 40)
 
 
 # --- the signature itself (wire/manifest.py) -------------------------------------------------------------------
@@ -202,42 +199,14 @@ def test_a_record_from_before_signatures_takes_the_signer_of_the_same_manifest(s
 
 # --- relays that lack the key ----------------------------------------------------------------------------------
 
-class ScriptedRelay:
+class ScriptedRelay(FakeRelay):
     """Welcomes anyone with ``manifest`` and whatever signer and signature it is given; answers the rest blandly."""
 
     def __init__(self, manifest: Manifest, signer: bytes | None, signature: bytes | None,
                  digest: str | None = None) -> None:
-        self.welcome = {"manifest": json.loads(manifest_bytes(manifest)),
-                        "manifest_digest": digest or manifest_digest(manifest),
-                        "manifest_signer": signer, "manifest_signature": signature}
-        self.server = serve(self._handle, "127.0.0.1", 0, max_size=p.MAX_FRAME_BYTES)
-        self.url = f"ws://127.0.0.1:{self.server.socket.getsockname()[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> ScriptedRelay:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.thread.join(10)
-
-    def _handle(self, ws: ServerConnection) -> None:
-        try:
-            hello = p.decode(ws.recv())
-            assert isinstance(hello, p.Hello)
-            ws.send(p.encode(p.Challenge(nonce=secrets.token_bytes(32))))
-            p.decode(ws.recv())  # whatever the auth
-            me = node_id_for(hello.public_key)
-            ws.send(p.encode(p.Welcome(node_id=me, peers=2, limits=LIMITS, server_version="scripted/1",
-                                       **self.welcome)))
-            while True:
-                msg = p.decode(ws.recv())
-                row = p.LeaderboardRow(me, 0, 0, 0, 0.0, 0.0)
-                ws.send(p.encode(p.Groups(groups=[]) if isinstance(msg, p.Sample) else
-                                 p.StatsReply(peers_online=2, groups_per_minute=0.0, leaderboard=[row], you=row)))
-        except ConnectionClosed:
-            pass
+        super().__init__(server_version="scripted/1", manifest=json.loads(manifest_bytes(manifest)),
+                         manifest_digest=digest or manifest_digest(manifest), manifest_signer=signer,
+                         manifest_signature=signature)
 
 
 def _forged() -> list[tuple[str, bytes | None, bytes | None, str]]:
