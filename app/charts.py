@@ -94,18 +94,19 @@ class _StackedBars:
     """Stacked bars per round, one colour per part; rebuilt on each update (a few hundred bars at most)."""
 
     def __init__(self, title: str, left: str, parts: list[tuple[str, str]], parent: QWidget | None,
-                 legend_cols: int = 4, headroom: float = 1.35) -> None:
+                 legend_cols: int = 4) -> None:
         self.widget = _plot(title, left, parent)
-        self._headroom = headroom
-        # One row of legend over the bars; set_rows leaves headroom for it.
-        legend = self.widget.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=legend_cols,
-                                       verSpacing=-6, horSpacing=8)
-        legend.setBrush(pg.mkBrush(_see_through(palette.CHART_BACKGROUND, 220)))
+        self._legend = self.widget.addLegend(offset=(4, 2), labelTextSize="8pt", colCount=legend_cols,
+                                             verSpacing=-6, horSpacing=8)
+        self._legend.setBrush(pg.mkBrush(_see_through(palette.CHART_BACKGROUND, 220)))
         self._bars = []
         for name, color in parts:
             bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.8, brush=color, pen=pg.mkPen(None), name=name)
             self.widget.addItem(bar)  # a named item joins the legend by itself
             self._bars.append(bar)
+        self._tallest = 0.0
+        # The legend is a fixed number of pixels tall: the headroom over the bars depends on the chart's height.
+        self.widget.getViewBox().sigResized.connect(lambda *_: self._fit_y())
 
     def set_rows(self, xs: list[int], rows: list[list[float]]) -> None:
         integer_rounds(self.widget, xs)
@@ -116,7 +117,15 @@ class _StackedBars:
             base = [b + h for b, h in zip(base, heights)]
         if xs:
             self.widget.setXRange(min(xs) - 0.6, max(xs) + 0.6, padding=0)
-            self.widget.setYRange(0, max(max(base), 1) * self._headroom, padding=0)
+            self._tallest = max(base)
+            self._fit_y()
+
+    def _fit_y(self) -> None:
+        """Leave the legend's height, plus a gap, free above the tallest bar (pixels to data units)."""
+        plot_px = self.widget.getViewBox().height()
+        legend_px = self._legend.boundingRect().height() + 2 + 6  # its offset from the top, and a gap
+        free = min(0.75, legend_px / plot_px) if plot_px > 0 else 0.5
+        self.widget.setYRange(0, max(self._tallest, 1) / (1 - free), padding=0)
 
 
 class TimeChart(_StackedBars):
@@ -124,8 +133,7 @@ class TimeChart(_StackedBars):
         super().__init__("Where each round's time goes", "seconds", [
             ("writing answers", palette.TIME_WRITING), ("checking answers", palette.TIME_CHECKING),
             ("learning", palette.TIME_LEARNING), ("loading the new model", palette.TIME_LOADING),
-            ("practice test", palette.TIME_TESTING), ("other", palette.TIME_OTHER)], parent, legend_cols=3,
-            headroom=1.6)
+            ("practice test", palette.TIME_TESTING), ("other", palette.TIME_OTHER)], parent, legend_cols=3)
         self.widget.setToolTip("Writing answers: the model answers this round's questions.\n"
                                "Checking answers: each answer is scored against the task's rules.\n"
                                "Learning: it trains on the answers that scored better than their siblings.\n"
@@ -140,7 +148,7 @@ class GroupsChart(_StackedBars):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Groups of answers per round", "groups", [
             ("own", palette.GROUPS_OWN), ("from the swarm", palette.GROUPS_FROM_SWARM),
-            ("refused", palette.GROUPS_REFUSED)], parent, headroom=1.5)
+            ("refused", palette.GROUPS_REFUSED)], parent)
         # Unused groups are part of own + swarm (all answers scored alike), so they are marks, not a stack.
         self._unused = self.widget.plot(pen=None, symbol="x", symbolSize=10, symbolPen=pg.mkPen(palette.GROUPS_UNUSED_MARK, width=2),
                                         name="not used (answers all alike)")
