@@ -71,7 +71,10 @@ function showRelay(d) {
   fill($("public").tBodies[0], pub.map((s) => {
     const a = el("a", s.swarm);
     a.href = "/swarm/" + encodeURIComponent(s.swarm);
-    return [a, s.description, s.tasks.join("; "), s.models.join(", "), s.peers_online, s.groups_per_minute];
+    // The operator's manifest key, as an invite pins it: its first 16 hex digits here, all 64 on hover.
+    const signer = s.signer ? el("span", s.signer.slice(0, 16) + "\u2026", "name") : el("span", "not signed", "bad");
+    if (s.signer) signer.title = s.signer;
+    return [a, s.description, s.tasks.join("; "), s.models.join(", "), signer, s.peers_online, s.groups_per_minute];
   }));
   $("public-box").hidden = pub.length === 0;
 }
@@ -167,8 +170,8 @@ HTML = """<!doctype html>
 <section class="relay-only" id="public-box" hidden>
   <h2>Public swarms: join one with <code>sapo-engine run --join LINK</code> (ask the operator for the link)</h2>
   <table id="public">
-    <thead><tr><th>swarm</th><th>about</th><th>tasks</th><th>suggested models</th><th>peers online</th>
-    <th>groups / min</th></tr></thead>
+    <thead><tr><th>swarm</th><th>about</th><th>tasks</th><th>suggested models</th><th>rules signed by</th>
+    <th>peers online</th><th>groups / min</th></tr></thead>
     <tbody></tbody>
   </table>
 </section>
@@ -179,7 +182,9 @@ HTML = """<!doctype html>
 </section>
 <p class="sub"><b>points</b>: 10 for each group other nodes trained on, plus 1 a round trained, up to one per such
 group; <b>shared</b>: groups a node published to the swarm; <b>adopted</b>: of those, how many other nodes
-trained on (each receiver counted once); <b>rounds</b>: training rounds the node completed.</p>
+trained on (each receiver counted once); <b>rounds</b>: training rounds the node completed. <b>rules signed
+by</b>: the key the operator signs each public swarm's rules with; an invite that names it makes a node follow
+only rules that key signed.</p>
 </main>
 <script>%(script)s</script>
 </body>

@@ -33,6 +33,7 @@ from wire.invite import parse_invite
 from wire.manifest import (Manifest, ManifestTask, manifest_bytes, manifest_digest, manifest_signature_ok,
                            sign_manifest, signer_changes, signer_hex)
 
+import chromium
 from fake_relay import FakeRelay
 from relay_process import RelayProcess
 
@@ -302,3 +303,18 @@ def test_a_replica_without_the_key_is_reported_once_when_the_node_moves_to_it(tm
         finally:
             c.close()
             relay.stop()
+
+
+def test_the_status_page_shows_who_signed_each_public_swarms_rules(signed_relay, tmp_path):
+    browser = chromium.require()
+    dom = chromium.Dom(chromium.dump_dom(browser, signed_relay.http + "/"))
+    header, row = dom.rows["public"][:2]
+    assert header[4] == "rules signed by"
+    assert row[0] == "sums" and row[4] == KEY.public_key.hex()[:16] + "\u2026"
+    assert ("span", {"class": "name", "title": KEY.public_key.hex()}) in dom.tags  # the whole key on hover
+    unsigned = RelayProcess(tmp_path / "relay", "--swarms", str(_swarms_file(tmp_path))).start()
+    try:
+        dom = chromium.Dom(chromium.dump_dom(browser, unsigned.http + "/"))
+    finally:
+        unsigned.stop()
+    assert dom.rows["public"][1][4] == "not signed"
