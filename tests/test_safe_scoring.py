@@ -116,6 +116,9 @@ def test_code_in_an_answer_is_never_run(name, tmp_path):
     ("coin_flip", "1e999999999"), ("coin_flip", "1e-9_999_999_999"), ("rubiks_cube", "R999999999999"),
     ("rush_hour", "A+99999999999999 " * 200), ("binary_matrix", "[" * 100 + "]" * 100),
     ("countdown", "-" * 3000 + "1"), ("spiral_matrix", "9" * 4000),
+    # sympy reads these as Floats whose exact values have a billion digits; made rational in C, past any timer
+    ("intermediate_integration", "1e999999999"), ("simple_integration", "1E+999999999*X + C"),
+    ("polynomial_multiplication", "-0.1e999999999"), ("polynomial_multiplication", "x*1e-999_999_999"),
 ])
 def test_hostile_answers_take_bounded_time(name, answer):
     ds, (entry, *_) = _entries(name, n=1)
@@ -163,3 +166,12 @@ def test_sympy_text_allows_only_the_task_names_and_small_powers():
                 "Symbol('x')", "((x**2)**2)**2", "'x'", "x[0]"):
         with pytest.raises(Unsafe):
             check_sympy_text(bad, names)
+
+
+def test_sympy_text_numbers_are_judged_as_written():
+    for ok in ("2.5e3*x", "1e64*x", "3.25E-7 + x", "1_000*x", "0.5*x**2"):
+        assert check_sympy_text(ok, {"x"}) == ok
+    # Python reads 1e999999999 as inf and 1e-999999999 as 0.0, both short; sympy reads the digits as written.
+    for bad in ("1e65*x", "1e999999999", "x - 1e-999999999", "x*1E+99_999", "0." + "0" * 70 + "1*x"):
+        with pytest.raises(Unsafe, match="not a plain number"):
+            check_sympy_text(bad, {"x"})

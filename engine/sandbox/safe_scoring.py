@@ -148,7 +148,8 @@ def _parse_bounded(text: str, what: str) -> tuple[ast.Expression, list[ast.AST]]
 
 def _value(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        if len(str(node.value)) > MAX_NUMBER_DIGITS:
+        if len(str(node.value)) > MAX_NUMBER_DIGITS or node.value in (float("inf"), float("-inf")) \
+                or node.value != node.value:
             raise Unsafe("number too long")
         return Fraction(repr(node.value)) if isinstance(node.value, float) else Fraction(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -197,12 +198,12 @@ def check_sympy_text(text: str, names: set[str], functions: frozenset[str] = SYM
     which then can only build an expression of those names and numbers.
     """
     tree, nodes = _parse_bounded(text, "not an expression")
+    source = text.strip()  # what _parse_bounded parsed: the nodes' offsets are into it
     called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     for node in nodes:
         if not isinstance(node, _SYMPY_NODES):
             raise Unsafe(f"not allowed: {type(node).__name__}")
-        if isinstance(node, ast.Constant) and (type(node.value) not in (int, float)
-                                               or len(str(node.value)) > MAX_NUMBER_DIGITS):
+        if isinstance(node, ast.Constant) and not _plain_number(node, source):
             raise Unsafe("not a plain number")
         if isinstance(node, ast.Name) and node.id not in names | SYMPY_CONSTANTS and node.id not in functions:
             raise Unsafe(f"unknown name {node.id!r}")
@@ -223,6 +224,20 @@ def check_sympy_text(text: str, names: set[str], functions: frozenset[str] = SYM
             if _pow_depth(node) > 2:
                 raise Unsafe("powers nested too deep")
     return text
+
+
+def _plain_number(node: ast.Constant, source: str) -> bool:
+    """An int or float literal of at most MAX_NUMBER_DIGITS characters whose exponent is at most MAX_POWER.
+
+    Judged on the literal as written, not Python's value of it: sympy reads the text itself, and Python
+    makes ``1e999999999`` inf and ``1e-999999999`` 0.0, where sympy makes a Float whose exact value has a
+    billion digits; turning that into a rational runs in C for minutes, past any per-answer timer.
+    """
+    if type(node.value) not in (int, float):
+        return False
+    literal = (ast.get_source_segment(source, node) or repr(node.value)).replace("_", "")
+    exponent = re.search(r"[eE]([+-]?\d+)$", literal)
+    return len(literal) <= MAX_NUMBER_DIGITS and (exponent is None or abs(int(exponent.group(1))) <= MAX_POWER)
 
 
 def _pow_depth(node: ast.AST) -> int:
