@@ -300,7 +300,10 @@ class Dashboard(QWidget):
                             else f"rounds done, about {per_hour:.1f} an hour" if per_hour else "rounds done")
         self.card_reward.set(f"{sum(r.reward for r in recent) / len(recent):.2f}" if recent else "–",
                              f"reward (0 to {m.best_reward():.2f}), last 5 rounds")
-        self.card_accuracy.set(f"{100 * sum(r.accuracy for r in recent) / len(recent):.0f} %" if recent else "–")
+        caption, held_back = m.accuracy_caption()
+        self.card_accuracy.set(f"{100 * sum(r.accuracy for r in recent) / len(recent):.0f} %" if recent else "–",
+                               caption)
+        self.card_accuracy.setToolTip(ACCURACY_TIP + held_back)
         speed = recent[-1].answers_per_min if recent else None
         self.card_speed.set(f"{speed:.0f}" if speed is not None else "–")
         if m.evals:

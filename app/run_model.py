@@ -105,6 +105,9 @@ class RunModel:
     paused_at: float | None = None  # a pause's time is no round's: the clocks above skip it
     last_eval_s: float | None = None  # the last practice test's seconds (its eval event's)
     where: str = ""  # where the engine trains and samples, and the fix for an idle GPU (the start event's)
+    # A followed swarm's tasks this model has never answered right, drawn less for now (engine/tasks/held_back.py):
+    # task -> its weight's factor, from the latest round
+    held_back: dict[str, float] = field(default_factory=dict)
 
     @property
     def current_round(self) -> int:
@@ -223,6 +226,7 @@ class RunModel:
             if r.relay_connected is not None:
                 self.peers = r.peers
         self.rejected_reasons.update(r.rejected_reasons)
+        self.held_back = dict(r.tasks_held_back)
         if r.shared_total is not None:
             self.shared_total = r.shared_total
         if r.adopted_total is not None:
@@ -320,6 +324,21 @@ class RunModel:
         if link.state == "unreachable":
             return "offline", f"relay unreachable: {link.reason}; {next_try(link.retry_at, now)}"
         return str(self.peers), f"{volunteers(self.peers)} online"
+
+    def accuracy_caption(self) -> tuple[str, str]:
+        """The accuracy card's caption, and what its tooltip adds: the tasks drawn less because this model has
+        never answered them right (they would pull the figure down and teach nothing until it does)."""
+        caption = "correct in training, last 5 rounds"
+        if not self.held_back:
+            return caption, ""
+        tasks = sorted(self.held_back)
+        share = min(self.held_back.values())
+        return (f"{caption}; drawn less: {', '.join(tasks)}",
+                f"\n\nDrawn less for now: {', '.join(tasks)}. The swarm's rules ask for "
+                f"{'this task' if len(tasks) == 1 else 'these tasks'}, but this model has not answered one of "
+                f"{'its' if len(tasks) == 1 else 'their'} questions right yet, so it draws "
+                f"{'it' if len(tasks) == 1 else 'them'} at {share:.0%} of the usual weight. The first right answer "
+                "brings the usual weight back.")
 
     def swarm_line(self, now: float | None = None) -> str:
         """The swarm card in one line, for the tray: "2 volunteers online", "not connected (stopped)"."""

@@ -155,3 +155,19 @@ def test_the_dashboard_says_where_the_engine_computes_and_how_to_use_an_idle_gpu
     assert where.text() == "Trains on the Apple GPU (MPS), samples on the GPU (llama.cpp offload)"
     window.show_replay([ev.Start(**start), _round(1)], "replay")  # an engine before these fields: says nothing
     assert where.text() == "" and where.isHidden()
+
+
+def test_tasks_drawn_less_show_on_the_accuracy_card_and_go_when_restored(qtbot):
+    from app.window import MainWindow
+
+    start = ev.Start(node_id="ab" * 16, node_name="calm-heron-07", model="smollm2-135m", model_path="/m",
+                     round_start=0, round_end=10, threads=2)
+    window = MainWindow()
+    qtbot.addWidget(window)
+    card = window.dashboard.card_accuracy
+    window.show_replay([start, _round(1), _round(2, tasks_held_back={"arc_1d": 0.25})], "replay")
+    assert card.caption.text() == "correct in training, last 5 rounds; drawn less: arc_1d"
+    assert "Drawn less for now: arc_1d" in card.toolTip() and "at 25% of the usual weight" in card.toolTip()
+    window.show_replay([start, _round(2, tasks_held_back={"arc_1d": 0.25, "bf": 0.25}), _round(3)], "replay")
+    assert card.caption.text() == "correct in training, last 5 rounds"  # a right answer restored them
+    assert "Drawn less" not in card.toolTip()
