@@ -125,7 +125,7 @@ class SwarmForm(QWidget):
     def _list_swarms(self) -> None:
         self.list_note.setText("asking the relay…")
         self.list_button.setEnabled(False)
-        self.lister.fetch(self.relay.text())
+        self.lister.fetch(self.relay.text(), ca_sha256=self.pins.get("relay_ca_sha256"))
 
     def _show_swarms(self, swarms: list[PublicSwarm]) -> None:
         self.list_button.setEnabled(True)

@@ -266,3 +266,52 @@ def test_a_relays_list_of_swarms_is_read_with_bounds():
                       (b" " * (MAX_LIST_BYTES + 1), "over 256 KiB")):
         with pytest.raises(ValueError, match=why):
             decode_swarm_list(body)
+
+
+def test_a_relay_with_a_private_ca_is_listed_with_the_invites_pin_or_its_ca_file(qtbot, tmp_path):
+    from PySide6.QtWidgets import QWidget
+
+    from app.swarm_list import SwarmLister
+    from app.wizard import SwarmPage
+    from relay.invite_cmd import certificate_sha256
+    from wire.invite import Invite, format_invite
+    from relay_process import RelayProcess
+    from test_swarm_manifest import GOOD
+    from tls_certs import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    (tmp_path / "swarms.toml").write_text(GOOD)
+    relay = RelayProcess(tmp_path / "relay", "--swarms", str(tmp_path / "swarms.toml"), "--tls-cert", str(pki.cert),
+                         "--tls-key", str(pki.key), tls_ca=pki.ca).start()
+    owner = QWidget()  # as the join page owns its lister: Qt, not Python's collector, ends it and its replies
+    qtbot.addWidget(owner)
+    lister = SwarmLister(owner)
+    pin = certificate_sha256(pki.cert)
+    try:
+        with qtbot.waitSignal(lister.failed, timeout=20_000) as failed:  # the system's CAs do not know it
+            lister.fetch(relay.url)
+        assert failed.args[0].startswith(f"could not list the swarms at {relay.http}/swarms: ")
+        with qtbot.waitSignal(lister.listed, timeout=20_000) as got:  # an invite's fingerprint of its certificate
+            lister.fetch(relay.url, ca_sha256=pin)
+        assert [s.swarm for s in got.args[0]] == ["arithmetic"]
+        with qtbot.waitSignal(lister.listed, timeout=20_000) as got:  # its CA's file, as node.toml's relay_ca_file
+            lister.fetch(relay.url, ca_file=str(pki.ca))
+        assert [s.swarm for s in got.args[0]] == ["arithmetic"]
+        with qtbot.waitSignal(lister.failed, timeout=20_000) as failed:  # another certificate's fingerprint
+            lister.fetch(relay.url, ca_sha256="0" * 64)
+        assert "the relay's certificate is not the one the invite pins (sha256 000000000000...)" in failed.args[0]
+        with qtbot.waitSignal(lister.failed, timeout=20_000) as failed:  # a file that is not a certificate
+            lister.fetch(relay.url, ca_file=str(pki.key))
+        assert failed.args[0] == f"the relay CA file {pki.key} holds no PEM certificate"
+        # The join page: a pasted invite pins the certificate, and its list button uses the pin.
+        page = SwarmPage()
+        qtbot.addWidget(page)
+        page.form.invite.setText(format_invite(Invite(relays=[relay.url], swarm="arithmetic", ca_sha256=pin)))
+        with qtbot.waitSignal(page.form.lister.listed, timeout=20_000) as got:
+            page.form.list_button.click()
+        assert [s.swarm for s in got.args[0]] == ["arithmetic"] and page.form.swarm_list.count() == 1
+    finally:
+        relay.stop()
+    with qtbot.waitSignal(lister.failed, timeout=20_000) as failed:  # gone: unreachable, not "another certificate"
+        lister.fetch(relay.url, ca_sha256=pin)
+    assert "not the one the invite pins" not in failed.args[0]
