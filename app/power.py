@@ -1,9 +1,9 @@
 """BOINC-style computing preferences: run only when the computer is idle, only between two times of day,
 pause on battery.
 
-The decisions are pure functions (``hold_reason``, ``in_schedule``, ``PowerPolicy.decide``), tested alone; the
-facts come from ``Sources``: psutil (battery), app/idle.py (the user's idle time, per platform) and the clock,
-each replaceable by a test's fake. Unknown never pauses. (How many cores and how much of their CPU time the
+The decisions are pure functions (``hold_reason`` and ``in_schedule``, from wire/power_rules.py, which a headless
+node applies itself; ``PowerPolicy.decide``), tested alone; the facts come from ``Sources``: psutil (battery),
+app/idle.py (the user's idle time, per platform) and the clock, each replaceable by a test's fake. Unknown never pauses. (How many cores and how much of their CPU time the
 engine uses are the engine's settings, ``threads`` and ``cpu_limit``: it applies them itself.)
 """
 
@@ -17,48 +17,12 @@ from typing import Literal
 import psutil
 
 from app.idle import idle_seconds
+from wire.power_rules import Facts, Rules, hhmm, hold_reason, in_schedule
+
+__all__ = ["Action", "Facts", "PowerPolicy", "Rules", "Sources", "hhmm", "hold_reason", "in_schedule", "local_time",
+           "on_battery"]
 
 Action = Literal["pause", "resume"] | None
-
-
-@dataclass(frozen=True)
-class Rules:
-    only_when_idle: bool = False
-    idle_minutes: int = 5
-    pause_on_battery: bool = True
-    schedule: tuple[dt.time, dt.time] | None = None  # run only from the first time to the second, daily
-
-
-@dataclass(frozen=True)
-class Facts:
-    idle_s: float | None  # None: unknown on this system
-    on_battery: bool | None  # None: no battery
-    now: dt.time | None = None  # the local time of day; None: no schedule to check
-
-
-def in_schedule(start: dt.time, end: dt.time, now: dt.time) -> bool:
-    """Whether ``now`` is in the daily window from ``start`` (included) to ``end`` (excluded); a window that
-    ends before it starts runs over midnight (22:00-07:00); start == end is the whole day."""
-    if start == end:
-        return True
-    if start < end:
-        return start <= now < end
-    return now >= start or now < end
-
-
-def hhmm(t: dt.time) -> str:
-    return t.strftime("%H:%M")
-
-
-def hold_reason(rules: Rules, facts: Facts) -> str | None:
-    """Why the rules want the engine paused now, in words; None when it may run."""
-    if rules.pause_on_battery and facts.on_battery:
-        return "paused while on battery"
-    if rules.schedule is not None and facts.now is not None and not in_schedule(*rules.schedule, facts.now):
-        return f"paused outside the schedule (runs {hhmm(rules.schedule[0])}-{hhmm(rules.schedule[1])})"
-    if rules.only_when_idle and facts.idle_s is not None and facts.idle_s < rules.idle_minutes * 60:
-        return "paused while the computer is in use"
-    return None
 
 
 @dataclass

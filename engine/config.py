@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from engine.errors import SapoError
+from wire.power_rules import parse_schedule
 from wire.protocol import MAX_FORMAT_BONUS, swarm_name_problem
 
 TINY_PARAMS = 500_000_000  # below this, a model gets the "tiny" defaults
@@ -90,6 +91,10 @@ class NodeConfig:
     threads: int | None = setting(None, "CPU threads for llama.cpp and torch (auto: physical cores)", auto=True)
     cpu_limit: int = setting(100, "use at most this % of the CPU time of its threads: the node sleeps between "
                                   "steps (BOINC's CPU throttle; 100 = no limit)")
+    # Headless only: the app applies its own Preferences by pausing and resuming the engine (app/power.py).
+    schedule: str | None = setting(None, "train only between these times of day, HH:MM-HH:MM local time (22:00-07:00 "
+                                         "runs over midnight); outside them the node waits between rounds")
+    pause_on_battery: bool = setting(False, "wait between rounds while the computer runs on battery")
     seed: int = setting(0, "seed of this node's question and sampling streams")
     # --- training (GRPO + LoRA) ---
     # 1e-4, not 3e-4: side by side over 40 rounds on the easy preset (docs/BENCHMARKS.md, "Stable updates"),
@@ -336,6 +341,11 @@ def validate(cfg: NodeConfig) -> None:
     need(0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}")
     need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
     need(1 <= cfg.cpu_limit <= 100, f"cpu_limit must be 1..100 (percent), got {cfg.cpu_limit}")
+    if cfg.schedule is not None:
+        try:
+            parse_schedule(cfg.schedule)
+        except ValueError as exc:
+            raise SapoError(str(exc)) from None
     need(cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}")
     need(cfg.fewshot is None or 0 <= cfg.fewshot <= 8, f"fewshot must be 0..8, got {cfg.fewshot}")
     # Cross-field, with the swarm: peers reject groups whose claimed bonus is above the protocol's maximum,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import signal
+import threading
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -13,6 +14,7 @@ from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
 from engine.run.event_log import EventLog, claim_stdout, terminal_printer
 from engine.run.history import HistoryFile
+from engine.run.hold import Hold, rules_of
 from engine.run.throttle import Throttle
 from engine.models.prepare import prepare_model
 from engine.paths import prepare_data_dir
@@ -90,7 +92,9 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     node = Node(cfg, model, node_id, events, data_dir, swarm, swarm_mix=mix)
     throttle = Throttle(cfg.cpu_limit, cfg.threads or 1)
     node.phases.on_step = throttle.tick  # the CPU-time limit sleeps between steps
-    stop = _StopFlag(throttle)
+    rules = rules_of(cfg.schedule, cfg.pause_on_battery)
+    hold = Hold(rules, events.emit) if rules is not None and args.control != "stdin" else None
+    stop = _StopFlag(throttle, hold.wake if hold is not None else None)
     control = None
     if args.control == "stdin":
         from engine.run.ask import Trial
@@ -111,6 +115,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         events.emit(history.load(node.round))  # the rounds before this start: the app rebuilds its charts from them
         events.add(history.record)
         events.emit(ev.StateChanged(state="running", round=node.round))
+        if rules is not None and hold is None:  # the app pauses and resumes by its own Preferences
+            events.status("schedule and pause_on_battery (node.toml) are left to the app's Preferences here")
         threads = cfg.threads
         while (target is None or node.round < target) and not stop.requested:
             if control is not None:
@@ -122,6 +128,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
                     node.set_threads(control.threads)
                     threads, control.threads = control.threads, None
                     throttle.set_limit(throttle.percent, threads)
+            if hold is not None and hold.wait(node.round, lambda: stop.requested) and stop.requested:
+                break
             metrics = node.run_round()
             if throttle.percent >= 100:  # a throttled round's time says nothing of this computer's speed
                 _refine_estimate(threads, model, cfg, metrics)
@@ -188,8 +196,9 @@ def _placement(p: Any) -> dict[str, str]:
 class _StopFlag:
     """SIGTERM/SIGINT end the run after the round in flight, so nothing is half-written."""
 
-    def __init__(self, throttle: Throttle) -> None:
+    def __init__(self, throttle: Throttle, wake: threading.Event | None = None) -> None:
         self._throttle = throttle
+        self._wake = wake  # a wait for the computing rules (engine/run/hold.py) ends at once
         self.requested = False
         self.reason = ""
         self.signum = 0
@@ -201,5 +210,7 @@ class _StopFlag:
             raise KeyboardInterrupt
         self.requested, self.signum = True, signum
         self._throttle.stop()  # no sleeping through the round's rest
+        if self._wake is not None:
+            self._wake.set()
         self.reason = f"signal {signal.Signals(signum).name}"
         print(f"stopping after this round ({self.reason}); send again to stop now", file=sys.stderr, flush=True)

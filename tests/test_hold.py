@@ -1,0 +1,111 @@
+"""A headless node's computing preferences (engine/run/hold.py, rules in wire/power_rules.py): it waits between
+rounds outside its schedule or on battery, says why, goes on when allowed, and a stop ends the wait. The real
+engine too: started outside its schedule it trains nothing, and SIGTERM ends it cleanly."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.config import build_config
+from engine.errors import SapoError
+from engine.run.hold import Hold, rules_of
+from wire import events as ev
+from wire.power_rules import parse_schedule
+
+
+def test_schedules_parse_or_say_what_is_wrong():
+    assert parse_schedule("22:00-07:00") == (dt.time(22), dt.time(7))
+    assert parse_schedule(" 9:30 - 17:05 ") == (dt.time(9, 30), dt.time(17, 5))
+    for bad, words in (("22-07", "HH:MM-HH:MM"), ("24:00-07:00", "00:00 to 23:59"), ("10:60-11:00", "00:00 to 23:59"),
+                       ("", "HH:MM-HH:MM"), ("22:00-07:00-08:00", "HH:MM-HH:MM")):
+        with pytest.raises(ValueError, match=words):
+            parse_schedule(bad)
+    with pytest.raises(SapoError, match="schedule must be HH:MM-HH:MM"):
+        build_config({}, {"schedule": "nightly"})
+    assert rules_of(None, False) is None
+    rules = rules_of("22:00-07:00", True)
+    assert rules is not None and rules.pause_on_battery and rules.schedule == (dt.time(22), dt.time(7))
+    assert not rules.only_when_idle  # a headless node has no user to be idle
+
+
+def _hold(clock, battery=lambda: None, schedule="22:00-07:00", on_battery=False):
+    seen: list[ev.Event] = []
+    hold = Hold(rules_of(schedule, on_battery), seen.append, clock=clock, battery=battery, check_s=0.01)
+    return hold, seen
+
+
+def test_inside_the_schedule_nothing_waits():
+    hold, seen = _hold(lambda: dt.time(23, 30))
+    assert hold.wait(3, lambda: False) is False and seen == []
+
+
+def test_outside_it_waits_says_why_and_goes_on_at_the_start_of_the_window():
+    times = iter([dt.time(21, 58), dt.time(21, 59), dt.time(21, 59, 30), dt.time(22, 0)])
+    hold, seen = _hold(lambda: next(times))
+    assert hold.wait(3, lambda: False) is True
+    assert [type(e) for e in seen] == [ev.StateChanged, ev.Status, ev.Status, ev.StateChanged]
+    assert seen[0].state == "paused" and seen[-1].state == "running" and seen[0].round == 3
+    assert seen[1].message.startswith("paused outside the schedule (runs 22:00-07:00): waiting before round 4")
+    assert "round 4 starts" in seen[2].message
+
+
+def test_battery_holds_until_plugged_in_and_no_battery_never_holds():
+    plugged = iter([True, True, False])
+    hold, seen = _hold(lambda: dt.time(12), battery=lambda: next(plugged), schedule=None, on_battery=True)
+    assert hold.wait(0, lambda: False) is True and seen[1].message.startswith("paused while on battery")
+    hold, seen = _hold(lambda: dt.time(12), battery=lambda: None, schedule=None, on_battery=True)
+    assert hold.wait(0, lambda: False) is False  # a desktop: unknown never pauses
+
+
+def test_a_stop_ends_the_wait_at_once():
+    hold, seen = _hold(lambda: dt.time(12))
+    hold.check_s = 3600  # only the stop can end it
+    stopped = threading.Event()
+    timer = threading.Timer(0.2, lambda: (stopped.set(), hold.wake.set()))
+    timer.start()
+    t0 = time.monotonic()
+    assert hold.wait(5, stopped.is_set) is True
+    assert time.monotonic() - t0 < 30
+    assert [e.state for e in seen if isinstance(e, ev.StateChanged)] == ["paused"]  # no "running" after a stop
+
+
+@pytest.mark.slow
+def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(tmp_path):
+    now = dt.datetime.now()
+    window = f"{(now + dt.timedelta(hours=2)):%H:%M}-{(now + dt.timedelta(hours=3)):%H:%M}"
+    cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic",
+           "--local", "1", "--external", "0", "--completions", "2", "--max-tokens", "8", "--eval-every", "0",
+           "--threads", "1", "--rounds", "1", "--schedule", window, "--events", "-", "--quiet",
+           "--data-dir", str(tmp_path / "data")]
+    proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen: list[ev.Event] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if (e := ev.decode_event(line)) is not None:
+                seen.append(e)
+                if isinstance(e, ev.Status) and e.message.startswith("paused outside the schedule"):
+                    break
+        else:
+            raise AssertionError(f"no wait announced: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    seen += [e for line in rest.splitlines() if (e := ev.decode_event(line)) is not None]
+    assert proc.returncode == 0, err[-2000:]
+    assert f"(runs {window})" in next(e.message for e in seen if isinstance(e, ev.Status) and "schedule" in e.message)
+    assert not [e for e in seen if isinstance(e, ev.Round)]
+    (stop,) = [e for e in seen if isinstance(e, ev.Stop)]
+    assert stop.round == 0 and stop.reason == "signal SIGTERM"
