@@ -117,7 +117,9 @@ config = { min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1 }
 
 def test_a_node_that_could_not_reach_its_relay_adopts_the_manifest_at_a_round_boundary(tmp_path, model_cache):
     # The node starts on its own mix (basic_arithmetic, L=4) while its relay is down; the relay comes up with a
-    # manifest (chain_sum, L=2); the node switches at the next round boundary and says so.
+    # manifest (chain_sum, L=2); the node switches at the next round boundary and says so. The node is held
+    # ("finish": pause after the round in flight) until its relay is up, so a slow relay start on a loaded
+    # machine cannot let it finish both rounds first.
     swarms = tmp_path / "swarms.toml"
     swarms.write_text(LATE)
     relay = RelayProcess(tmp_path / "relay", "--swarms", str(swarms))
@@ -126,16 +128,31 @@ def test_a_node_that_could_not_reach_its_relay_adopts_the_manifest_at_a_round_bo
         [sys.executable, "-m", "engine", "run", "--relay", relay.url, "--swarm", "late", "--model", "smollm2-135m",
          "--tasks", "basic_arithmetic", "--completions", "4", "--max-tokens", "12", "--local", "1", "--external", "1",
          "--rounds", "2", "--eval-every", "0", "--threads", "1", "--quiet", "--data-dir", str(tmp_path / "node"),
-         "--events", str(events)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "SAPO_CACHE_DIR": str(model_cache)})
-    try:
+         "--events", str(events), "--control", "stdin"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SAPO_CACHE_DIR": str(model_cache)})
+
+    def wait_for(seen, what: str) -> None:
         deadline = time.monotonic() + 600
-        while not any(e["type"] == "relay" and e["state"] == "unreachable" for e in _events(events)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+        while not any(seen(e) for e in _events(events)):
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            assert time.monotonic() < deadline, f"no {what} event in 600 s"
             time.sleep(0.1)
-        relay.start(timeout=300)  # it checks its manifest with reasoning-gym while the node loads its model
-        _, err = proc.communicate(timeout=1200)
-        assert proc.returncode == 0, err.decode()[-2000:]
+
+    try:
+        proc.stdin.write('{"cmd": "finish"}\n')
+        proc.stdin.flush()
+        wait_for(lambda e: e["type"] == "relay" and e["state"] == "unreachable", "relay unreachable")
+        wait_for(lambda e: e["type"] == "state" and e["state"] == "paused", "paused")
+        relay.start(timeout=300)  # it checks its manifest with reasoning-gym while the node waits
+        # The client reconnects only when the node asks (at the next round boundary), after its backoff: resume
+        # once the last retry time it announced has passed, so that the boundary does reach the relay.
+        retry_at = max(e["retry_at"] for e in _events(events) if e["type"] == "relay" and e["retry_at"])
+        time.sleep(max(0.0, retry_at - time.time()) + 0.5)
+        proc.stdin.write('{"cmd": "resume"}\n')
+        proc.stdin.flush()
+        proc.wait(timeout=1200)  # stdin stays open: its end would stop the node before its last round
+        assert proc.returncode == 0, proc.stderr.read()[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
