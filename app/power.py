@@ -17,7 +17,7 @@ from typing import Literal
 import psutil
 
 from app.idle import idle_seconds
-from wire.power_rules import Facts, Rules, hhmm, hold_reason, in_schedule
+from wire.power_rules import Facts, Rules, battery_state, hhmm, hold_reason, in_schedule
 
 __all__ = ["Action", "Facts", "PowerPolicy", "Rules", "Sources", "hhmm", "hold_reason", "in_schedule", "local_time",
            "on_battery"]
@@ -83,10 +83,4 @@ class Sources:
 
 
 def on_battery() -> bool | None:
-    try:
-        battery = psutil.sensors_battery()
-    except (AttributeError, NotImplementedError, OSError):
-        return None
-    if battery is None or battery.power_plugged is None:
-        return None
-    return not battery.power_plugged
+    return battery_state(psutil.sensors_battery)

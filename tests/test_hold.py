@@ -19,7 +19,7 @@ from engine.config import build_config
 from engine.errors import SapoError
 from engine.run.hold import Hold, rules_of
 from wire import events as ev
-from wire.power_rules import parse_schedule
+from wire.power_rules import battery_state, parse_schedule
 
 
 def test_schedules_parse_or_say_what_is_wrong():
@@ -64,6 +64,25 @@ def test_battery_holds_until_plugged_in_and_no_battery_never_holds():
     assert hold.wait(0, lambda: False) is True and seen[1].message.startswith("paused while on battery")
     hold, seen = _hold(lambda: dt.time(12), battery=lambda: None, schedule=None, on_battery=True)
     assert hold.wait(0, lambda: False) is False  # a desktop: unknown never pauses
+
+
+def test_what_psutil_says_about_the_battery_reads_the_same_in_the_app_and_the_engine():
+    class Battery:
+        def __init__(self, plugged):
+            self.power_plugged, self.percent, self.secsleft = plugged, 50.0, -1
+
+    def fails(exc):
+        def read():
+            raise exc
+        return read
+
+    assert battery_state(lambda: Battery(False)) is True
+    assert battery_state(lambda: Battery(True)) is False
+    # unknown is never a pause: no battery, psutil not knowing whether it is plugged in, psutil failing
+    assert battery_state(lambda: None) is None
+    assert battery_state(lambda: Battery(None)) is None
+    for exc in (NotImplementedError(), OSError("no /sys"), AttributeError("no sensors_battery here")):
+        assert battery_state(fails(exc)) is None
 
 
 def test_a_stop_ends_the_wait_at_once():

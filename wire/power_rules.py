@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,19 @@ def parse_schedule(text: str) -> tuple[dt.time, dt.time]:
     if h1 > 23 or h2 > 23 or m1 > 59 or m2 > 59:
         raise ValueError(f"schedule times must be 00:00 to 23:59, got {text!r}")
     return dt.time(h1, m1), dt.time(h2, m2)
+
+
+def battery_state(read: Callable[[], Any]) -> bool | None:
+    """True on battery, False plugged in, None where there is no battery or no way to tell. ``read`` is the
+    caller's ``psutil.sensors_battery`` (wire itself imports nothing but the standard library and msgspec);
+    psutil may fail, answer None, or not know whether power is plugged in: each of these is unknown, never a pause.
+    """
+    try:
+        battery = read()
+    except (AttributeError, NotImplementedError, OSError):
+        return None
+    plugged = getattr(battery, "power_plugged", None)
+    return None if plugged is None else not plugged
 
 
 def hold_reason(rules: Rules, facts: Facts) -> str | None:

@@ -16,18 +16,14 @@ from dataclasses import dataclass, field
 import psutil
 
 from wire import events as ev
-from wire.power_rules import Facts, Rules, hold_reason, parse_schedule
+from wire.power_rules import Facts, Rules, battery_state, hold_reason, parse_schedule
 
 CHECK_S = 30.0  # how often a waiting node looks at the clock and the battery again
 
 
 def on_battery() -> bool | None:
     """True on battery, False plugged in, None where there is no battery (or no way to tell)."""
-    try:
-        battery = psutil.sensors_battery()
-    except (AttributeError, NotImplementedError, OSError):
-        return None
-    return None if battery is None else not battery.power_plugged
+    return battery_state(psutil.sensors_battery)
 
 
 def rules_of(schedule: str | None, pause_on_battery: bool) -> Rules | None:
