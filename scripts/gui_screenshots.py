@@ -12,10 +12,10 @@ throw-away config dir and reads the round-time measurement cached in SAPO_CACHE_
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from qt_driver import Driver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,24 +24,14 @@ def main() -> int:
     out = Path(sys.argv[1])
     events = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "docs" / "learning-curve.jsonl"
     name = sys.argv[3] if len(sys.argv) > 3 else "dashboard"
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ["SAPO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="sapo-shots-")
-    from PySide6.QtWidgets import QApplication
-
-    app = QApplication([sys.argv[0]])
+    d = Driver(out, "sapo-shots-")
+    settle = d.settle
     from app.replay import read_events
     from app.settings import AppSettings
     from app.window import MainWindow
     from app.wizard import SetupWizard
 
-    def settle(ms: int = 300) -> None:
-        from PySide6.QtCore import QDeadlineTimer, QEventLoop
-
-        deadline = QDeadlineTimer(ms)
-        while not deadline.hasExpired():
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-
-    wizard = SetupWizard(AppSettings(data_dir=os.environ["SAPO_CONFIG_DIR"] + "/data"), cores=2, measure=False)
+    wizard = SetupWizard(AppSettings(data_dir=str(d.home / "data")), cores=2, measure=False)
     wizard.show()
     while wizard.report is None and wizard.query.process.running:
         settle(200)
@@ -49,13 +39,11 @@ def main() -> int:
         print("the model report failed", file=sys.stderr)
         return 1
     wizard.next()
-    settle()
-    wizard.grab().save(str(out / "wizard-model.png"))
+    d.shot(wizard, "wizard-model.png", 300)
     wizard.next()
     wizard.next()
     wizard.swarm_page.form.buttons["local"].setChecked(True)
-    settle()
-    wizard.grab().save(str(out / "wizard-swarm.png"))
+    d.shot(wizard, "wizard-swarm.png", 300)
     wizard.done(0)
 
     replay = read_events(events)
@@ -65,13 +53,11 @@ def main() -> int:
     window.show()
     settle(500)
     window.refresh()
-    settle(300)
-    window.grab().save(str(out / f"{name}.png"))
+    d.shot(window, f"{name}.png", 300)
     saved = ["wizard-model.png", "wizard-swarm.png", f"{name}.png"]
     if window.model.leaderboard:
         window.dashboard.tabs.setCurrentIndex(1)
-        settle(300)
-        window.grab().save(str(out / f"{name}-swarm.png"))
+        d.shot(window, f"{name}-swarm.png", 300)
         saved.append(f"{name}-swarm.png")
     print(f"saved {', '.join(saved)} in {out}")
     return 0

@@ -12,29 +12,21 @@ computer's own (a real ``sapo-engine models --json``). A throw-away config dir i
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from qt_driver import Driver
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ["SAPO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="sapo-shots-")
-    from PySide6.QtCore import QDeadlineTimer, QEventLoop, QPoint
-    from PySide6.QtWidgets import QApplication
+    d = Driver(Path(sys.argv[1]), "sapo-shots-")
+    settle = d.settle
+    from PySide6.QtCore import QPoint
 
-    app = QApplication([sys.argv[0]])
     from app.preferences import PreferencesDialog
     from app.settings import AppSettings
     from app.window import MainWindow
     from app.wizard import PowerPage
-
-    def settle(ms: int = 300) -> None:
-        deadline = QDeadlineTimer(ms)
-        while not deadline.hasExpired():
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
 
     settings = AppSettings(setup_done=True, only_when_idle=True, schedule_on=True, schedule_start="22:00",
                            schedule_end="07:00", node={"model": "smollm2-135m", "threads": 2, "cpu_limit": 50,
@@ -46,15 +38,13 @@ def main() -> int:
         settle(200)
     for i, name in enumerate(("model", "resources", "schedule", "swarm")):
         dialog.tabs.setCurrentIndex(i)
-        settle()
-        dialog.grab().save(str(out / f"preferences-{name}.png"))
+        d.shot(dialog, f"preferences-{name}.png", 300)
         saved.append(f"preferences-{name}.png")
     slow = next((i for i in range(dialog.model.count()) if "too slow here" in dialog.model.itemText(i)), None)
     if slow is not None:  # this computer has one the setup calls too slow: the warning when it is chosen
         dialog.tabs.setCurrentIndex(0)
         dialog.model.setCurrentIndex(slow)
-        settle()
-        dialog.grab().save(str(out / "preferences-model-slow.png"))
+        d.shot(dialog, "preferences-model-slow.png", 300)
         saved.append("preferences-model-slow.png")
     dialog.done(0)
 
@@ -63,8 +53,7 @@ def main() -> int:
     page.setTitle("How much of the computer to use")
     page.resize(760, 560)
     page.show()
-    settle()
-    page.grab().save(str(out / "wizard-power.png"))
+    d.shot(page, "wizard-power.png", 300)
     saved.append("wizard-power.png")
     page.close()
 
@@ -73,15 +62,13 @@ def main() -> int:
     window.tray.update("Training — round 3, 40 % done, about 1 min left", "running")
     menu = window.tray.menu
     menu.popup(QPoint(40, 40))
-    settle(500)
-    menu.grab().save(str(out / "tray-menu.png"))
+    d.shot(menu, "tray-menu.png", 500)
     saved.append("tray-menu.png")
     cpu = window.tray.controls.cpu_menu
     cpu.popup(QPoint(40, 40))
-    settle(500)
-    cpu.grab().save(str(out / "tray-cpu.png"))
+    d.shot(cpu, "tray-cpu.png", 500)
     saved.append("tray-cpu.png")
-    print(f"saved {', '.join(saved)} in {out}")
+    print(f"saved {', '.join(saved)} in {d.out}")
     return 0
 
 

@@ -14,11 +14,10 @@ before its next round instead, so the answers are those of its last checkpoint.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
+
+from qt_driver import Driver
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE_ARGS = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",
@@ -27,32 +26,16 @@ TYPED = "What is 7 + 5?"
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    home = Path(tempfile.mkdtemp(prefix="sapo-walk-"))
-    os.environ["SAPO_CONFIG_DIR"] = str(home / "config")
-    from PySide6.QtCore import QDeadlineTimer, QEventLoop
-    from PySide6.QtWidgets import QApplication
-
-    app = QApplication([sys.argv[0]])
+    d = Driver(Path(sys.argv[1]), "sapo-walk-")
     from app.replay import read_events
     from app.settings import AppSettings
     from app.window import MainWindow
 
-    def settle(ms: int = 300) -> None:
-        deadline = QDeadlineTimer(ms)
-        while not deadline.hasExpired():
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-
     def wait(what: str, done, timeout: float) -> None:
-        t0 = time.monotonic()
-        while not done():
-            if time.monotonic() - t0 > timeout or window.engine.state == "crashed":
-                raise SystemExit(f"walkthrough: gave up waiting for {what} (engine: {window.engine.state})")
-            settle(200)
-        print(f"{what}: {time.monotonic() - t0:.0f} s", flush=True)
+        d.wait(what, done, timeout,
+               failed=lambda: f"engine: {window.engine.state}" if window.engine.state == "crashed" else None)
 
-    data = Path(sys.argv[2]) if len(sys.argv) > 2 else home / "data"
+    data = Path(sys.argv[2]) if len(sys.argv) > 2 else d.home / "data"
     resumed = (data / "checkpoints").is_dir()
     window = MainWindow(AppSettings(data_dir=str(data)), extra_engine_args=ENGINE_ARGS)
     window.resize(1200, 860)
@@ -70,14 +53,12 @@ def main() -> int:
     tab.source.setCurrentIndex(tab.source.findData("basic_arithmetic"))
     tab.ask()
     wait("the drawn question's answers", lambda: tab.pending is None, 3600)
-    settle(500)
-    window.grab().save(str(out / "try-your-model.png"))
+    d.shot(window, "try-your-model.png", 500)
     tab.source.setCurrentIndex(0)
     tab.question.setText(TYPED)
     tab.ask()
     wait("the typed question's answers", lambda: tab.pending is None, 3600)
-    settle(500)
-    window.grab().save(str(out / "try-your-model-typed.png"))
+    d.shot(window, "try-your-model-typed.png", 500)
     print("drawn/typed answers:", tab.asked_text.text(), "|", tab.base_text.toPlainText()[:80], "|",
           tab.trained_text.toPlainText()[:80], flush=True)
     window.close()
@@ -88,11 +69,10 @@ def main() -> int:
     replay.resize(1200, 860)
     replay.show()
     replay.dashboard.tabs.setCurrentWidget(replay.dashboard.points_view)
-    settle(500)
+    d.settle(500)
     replay.refresh()
-    settle(300)
-    replay.grab().save(str(out / "points.png"))
-    print(f"saved try-your-model.png, try-your-model-typed.png, points.png in {out}")
+    d.shot(replay, "points.png", 300)
+    print(f"saved try-your-model.png, try-your-model-typed.png, points.png in {d.out}")
     return 0
 
 

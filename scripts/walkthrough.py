@@ -19,56 +19,41 @@ Under Xvfb Qt's xcb plugin needs the X libraries the .deb depends on (pyproject.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from qt_driver import Driver
 
 ENGINE_ARGS = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic,gcd", "--local", "4",
                "--external", "0", "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", "1"]
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    home = Path(tempfile.mkdtemp(prefix="sapo-walkthrough-"))
-    os.environ["SAPO_CONFIG_DIR"] = str(home / "config")
-    from PySide6.QtCore import QDeadlineTimer, QEventLoop
-    from PySide6.QtWidgets import QApplication
-
-    app = QApplication([sys.argv[0]])
+    d = Driver(Path(sys.argv[1]), "sapo-walkthrough-")
     from app.settings import AppSettings
     from app.window import MainWindow
     from app.wizard import SetupWizard
 
-    def settle(ms: int = 300) -> None:
-        deadline = QDeadlineTimer(ms)
-        while not deadline.hasExpired():
-            app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+    window = None
 
     def wait(what: str, done, timeout: float = 1800) -> None:
-        t0 = time.monotonic()
-        while not done():
-            if time.monotonic() - t0 > timeout or window.engine.state == "crashed":
-                raise SystemExit(f"walkthrough: gave up waiting for {what} (engine: {window.engine.state})")
-            settle(200)
-        print(f"{what}: {time.monotonic() - t0:.0f} s; headline: {window.dashboard.status.text()!r} "
-              f"{window.dashboard.phase.text()!r}", flush=True)
+        d.wait(what, done, timeout, failed=lambda: f"engine: {window.engine.state}" if window.engine.state == "crashed"
+               else None, said=lambda: f"; headline: {window.dashboard.status.text()!r} "
+                                       f"{window.dashboard.phase.text()!r}")
 
     def shot(widget, name: str) -> None:
-        settle(400)
-        widget.grab().save(str(out / name))
+        d.shot(widget, name)
         print(f"saved {name}", flush=True)
 
     # 1. First run: the setup assistant, before anything is chosen.
-    settings = AppSettings(data_dir=str(home / "data"))
+    settings = AppSettings(data_dir=str(d.home / "data"))
     wizard = SetupWizard(settings, cores=2, measure=False)
     wizard.resize(900, 640)
     wizard.show()
     t0 = time.monotonic()
     while wizard.report is None and wizard.query.process.running and time.monotonic() - t0 < 300:
-        settle(200)
+        d.settle(200)
     shot(wizard, "first-run.png")
     wizard.close()
 
