@@ -24,7 +24,7 @@ from typing import NoReturn
 import platformdirs
 
 from relay.backend import Unavailable
-from relay.manifest_key import read_manifest_key
+from relay.manifest_key import read_handovers, read_manifest_key
 from relay.pool import PoolLimits
 from relay.server import Relay, RelayConfig
 from relay.swarms import load_swarms
@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--manifest-key", type=Path, metavar="FILE",
                     help="sign the --swarms manifests with this Ed25519 key (PEM; make one with `sapo-relay keygen "
                          "FILE`): nodes whose invite pins its signer follow only manifests it signed")
+    ap.add_argument("--manifest-key-handover", type=Path, metavar="FILE",
+                    help="the handover from the previous manifest key to --manifest-key (`sapo-relay handover OLD "
+                         "NEW FILE`): nodes that pin or joined with the old key follow the new one")
     ap.add_argument("--no-status-page", dest="status_page", action="store_false",
                     help="do not serve the public status page (/, /swarm/NAME, /api/...)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -181,6 +184,11 @@ def config_from_args(args: argparse.Namespace) -> RelayConfig:
         for note in notes:
             log.warning("%s", note)
         config = dataclasses.replace(config, manifest_key=key)
+    if args.manifest_key_handover is not None:
+        if config.manifest_key is None:
+            raise ValueError("--manifest-key-handover hands over to the --manifest-key: give that too")
+        config = dataclasses.replace(config, manifest_handovers=read_handovers(args.manifest_key_handover,
+                                                                                config.manifest_key.public_key))
     if config.tls_cert is not None and config.tls_key is not None:
         server_context(config.tls_cert, config.tls_key)  # now, so a bad pair is exit 2 before anything starts
     return config
@@ -247,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         from relay.manifest_key import keygen_main
 
         return keygen_main(argv[1:], PROG)
+    if argv[:1] == ["handover"]:
+        from relay.manifest_key import handover_main
+
+        return handover_main(argv[1:], PROG)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,

@@ -94,6 +94,8 @@ class RelayConfig:
     # --manifest-key FILE (relay/manifest_key.py): each declared manifest is signed with it once, at start, and
     # the welcome and GET /swarms carry the signature and signer.
     manifest_key: ident.Identity | None = None
+    # --manifest-key-handover FILE: the chain from the operator's earlier keys to manifest_key, in every welcome.
+    manifest_handovers: tuple[p.KeyHandover, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -182,7 +184,7 @@ class Relay:
         # The declared swarms, each manifest signed where the operator gave a manifest key (once per start).
         self.swarms: dict[str, SwarmEntry] | None = c.swarms
         if c.swarms is not None and c.manifest_key is not None:
-            self.swarms = sign_swarms(c.swarms, c.manifest_key)
+            self.swarms = sign_swarms(c.swarms, c.manifest_key, c.manifest_handovers)
         # Each declared swarm's manifest as the welcome carries it (plain JSON, encoded once per start).
         self._manifests: dict[str, dict[str, Any]] = {
             name: msgspec.json.decode(manifest_bytes(entry.manifest)) for name, entry in (self.swarms or {}).items()}
@@ -423,7 +425,9 @@ class Relay:
                             manifest=self._manifests.get(hello.swarm),
                             manifest_digest=declared.digest if declared is not None else None,
                             manifest_signer=declared.signer if declared is not None else None,
-                            manifest_signature=declared.signature if declared is not None else None)
+                            manifest_signature=declared.signature if declared is not None else None,
+                            manifest_handovers=(list(declared.handovers) if declared is not None and declared.handovers
+                                                else msgspec.UNSET))
         await ws.send(p.encode_bytes(welcome), text=True)
         log.debug("hello from %s in swarm %r", node_id, hello.swarm)
         return session

@@ -89,6 +89,9 @@ async def public_swarms(relay: RelayView, declared: Mapping[str, SwarmEntry] | N
             # the listing (wire.manifest.manifest_signature_ok) and the key an invite pins; "" where unsigned.
             "signer": signer_hex(entry.signer),
             "signature": entry.signature.hex() if entry.signature is not None else "",
+            # The operator's earlier manifest keys, oldest first, each handing over to the next and the last to
+            # ``signer`` (wire.manifest.handover_chain checks them): what an invite pinning an old key still follows.
+            "handovers": [{"old": signer_hex(h.old), "signature": bytes(h.signature).hex()} for h in entry.handovers],
             "peers_online": await relay.backend.peers_online(name, len(relay.peers.get(name, {}))),
             "groups_per_minute": round(await relay.backend.groups_per_minute(name, now)),
         })

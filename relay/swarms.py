@@ -40,7 +40,7 @@ import msgspec
 
 from wire.identity import Identity
 from wire.manifest import Manifest, manifest_digest, manifest_problem, sign_manifest
-from wire.protocol import swarm_name_problem
+from wire.protocol import KeyHandover, swarm_name_problem
 
 MAX_SWARMS_IN_FILE = 256
 _SWARM_KEYS = {"description", "public", "token", "completions", "max_tokens", "format_bonus", "models", "tasks"}
@@ -55,6 +55,7 @@ class SwarmEntry:
     token: str | None = None
     signer: bytes | None = None  # the manifest key's raw public key (``sign_swarms``)
     signature: bytes | None = None
+    handovers: tuple[KeyHandover, ...] = ()  # from the operator's earlier keys to ``signer`` (relay/manifest_key.py)
 
 
 def load_swarms(path: Path, relay_token: str | None = None) -> tuple[dict[str, SwarmEntry], list[str]]:
@@ -83,10 +84,12 @@ def load_swarms(path: Path, relay_token: str | None = None) -> tuple[dict[str, S
     return out, notes
 
 
-def sign_swarms(swarms: dict[str, SwarmEntry], key: Identity) -> dict[str, SwarmEntry]:
-    """Each swarm with its manifest signed by ``key`` (``wire.manifest.sign_manifest``): done once, at start."""
-    return {name: replace(entry, signer=key.public_key, signature=sign_manifest(key, entry.manifest))
-            for name, entry in swarms.items()}
+def sign_swarms(swarms: dict[str, SwarmEntry], key: Identity,
+                handovers: tuple[KeyHandover, ...] = ()) -> dict[str, SwarmEntry]:
+    """Each swarm with its manifest signed by ``key`` (``wire.manifest.sign_manifest``), and the handovers from the
+    operator's earlier keys to it: done once, at start."""
+    return {name: replace(entry, signer=key.public_key, signature=sign_manifest(key, entry.manifest),
+                          handovers=handovers) for name, entry in swarms.items()}
 
 
 def _entry(name: str, table: Any, relay_token: str | None, rg: Any) -> SwarmEntry:

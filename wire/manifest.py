@@ -23,6 +23,13 @@ stands for the content (sha256 of the canonical bytes), so signing it is signing
 a signature with the digest it has verified already. A signer is named by its raw public key as 64 hex
 (``signer_hex``): the form an invite link pins and ``GET /swarms`` lists. A node records the signer beside the
 digest; a manifest it joined signed, now signed by another key or no longer signed, is a change (``signer_changes``).
+
+An operator replaces the key with a handover (``sign_handover``: the old key signs the new key's public half, for
+the purpose ``manifest-key-handover``), served beside the manifest (``Welcome.manifest_handovers``). A node that
+pins or joined with an earlier key of the chain (``handover_chain`` checks each link) follows the new key without a
+change, records the keys it replaced, and refuses any of those from then on: a retired or leaked old key cannot
+set that node's rules again. A handover is only as good as the old key: whoever holds a leaked key can hand over to
+a key of their own, so after a leak the operator hands out new invites as well (docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ import msgspec
 
 from wire import identity as ident
 from wire.identity import Identity
-from wire.protocol import MAX_COMPLETIONS, MAX_CONFIG_ITEMS, MAX_FORMAT_BONUS, ConfigValue, Name, SwarmName
+from wire.protocol import (MAX_COMPLETIONS, MAX_CONFIG_ITEMS, MAX_FORMAT_BONUS, MAX_HANDOVERS, ConfigValue, KeyHandover,
+                           Name, SwarmName)
 from wire.task_caps import ANY_TASK_CAPS, config_within_caps
 
 MANIFEST_VERSION: Final = 1
@@ -54,6 +62,7 @@ LevelPair = Annotated[list[Annotated[int, msgspec.Meta(ge=0, le=MAX_LEVEL)]], ms
 Digest = Annotated[str, msgspec.Meta(pattern=DIGEST_PATTERN)]
 SIGNER_PATTERN: Final = DIGEST_PATTERN  # an Ed25519 public key as 64 hex, like a digest
 MANIFEST: Final = b"manifest"  # what a manifest signature is for (wire.identity: a purpose)
+HANDOVER: Final = b"manifest-key-handover"  # an old manifest key naming its successor
 
 
 class ManifestTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -136,16 +145,42 @@ def _signed_parts(manifest: Manifest) -> tuple[bytes, bytes]:
     return manifest.swarm.encode(), bytes.fromhex(manifest_digest(manifest))
 
 
+def sign_handover(old: Identity, new_public_key: bytes) -> KeyHandover:
+    """``old`` hands the operator's manifest signing over to ``new_public_key``."""
+    return KeyHandover(old=old.public_key, signature=old.sign(HANDOVER, bytes(new_public_key)))
+
+
+def handover_chain(handovers: list[KeyHandover] | Any, signer: bytes | None) -> tuple[bytes, ...]:
+    """The earlier keys the chain hands over from, oldest first, each link checked: link i's ``old`` signed link
+    i+1's ``old``, the last one ``signer``. () for no handovers (None, [], or a welcome's unset field); ValueError (one line) for a chain that does not
+    hold, is too long, repeats a key, or comes without a signer."""
+    if not isinstance(handovers, list) or not handovers:
+        return ()
+    if signer is None:
+        raise ValueError("the relay sent manifest key handovers for an unsigned manifest")
+    if len(handovers) > MAX_HANDOVERS:
+        raise ValueError(f"{len(handovers)} manifest key handovers (at most {MAX_HANDOVERS})")
+    keys = [bytes(h.old) for h in handovers] + [bytes(signer)]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a manifest key handover chain names one key twice")
+    for i, h in enumerate(handovers):
+        if not ident.verify(keys[i], h.signature, HANDOVER, keys[i + 1]):
+            raise ValueError(f"manifest key {signer_hex(keys[i])[:12]}'s handover to {signer_hex(keys[i + 1])[:12]} "
+                             f"does not verify")
+    return tuple(keys[:-1])
+
+
 def signer_hex(public_key: bytes | None) -> str:
     """A signer as people and links name it: its raw public key as 64 lowercase hex ("" for an unsigned manifest)."""
     return bytes(public_key).hex() if public_key is not None else ""
 
 
-def signer_changes(joined: bytes | None, announced: bytes | None) -> list[str]:
+def signer_changes(joined: bytes | None, announced: bytes | None, handed_over_from: tuple[bytes, ...] = ()) -> list[str]:
     """How the signer of a manifest differs from the one a node joined with, in short words: [] when it does not
     count as a change. A manifest joined unsigned and now signed (same digest) is no change: the rules are the same,
-    and a node may take the signer then (engine/run/joining.py)."""
-    if joined is None or joined == announced:
+    and a node may take the signer then (engine/run/joining.py); nor is one signed by a key the joined key handed
+    over to (``handed_over_from``, checked by ``handover_chain``)."""
+    if joined is None or joined == announced or (announced is not None and bytes(joined) in handed_over_from):
         return []
     return ["no longer signed"] if announced is None else [f"signed by another key ({signer_hex(announced)[:12]})"]
 

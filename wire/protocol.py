@@ -77,7 +77,8 @@ from wire.identity import Identity
 # v3: the welcome carries the swarm's manifest and its digest (wire/manifest.py) where the relay declares one;
 #     a group names its author's stream (``Group.origin``, checked: ``authored_by``) and ``group_digest`` covers
 #     its normalised content (wire/authorship.py); the welcome's manifest may come signed by the operator's key
-#     (``manifest_signer``, ``manifest_signature``: wire/manifest.py). All came before v3 was released, so no v4.
+#     (``manifest_signer``, ``manifest_signature``: wire/manifest.py), with the operator's handovers from earlier keys
+#     (``manifest_handovers``). All came before v3 was released, so no v4.
 PROTOCOL_VERSION = 3
 
 # Bounds on what a peer may send. Generous for real use, tight enough that one
@@ -319,6 +320,17 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     burst: Count
 
 
+MAX_HANDOVERS = 4  # a chain of manifest keys, oldest first: enough for years of yearly rotations
+
+
+class KeyHandover(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An operator's manifest key handing over to its successor: ``old`` signs the next key of the chain
+    (``wire.manifest.sign_handover``)."""
+
+    old: PublicKey
+    signature: Signature
+
+
 class Welcome(_Message, tag="welcome", frozen=True):
     """relay -> node, the reply to a good auth. ``peers`` counts this node too."""
 
@@ -335,6 +347,12 @@ class Welcome(_Message, tag="welcome", frozen=True):
     # of this manifest (``wire.manifest.sign_manifest``), both or neither. Checked by the node, as the manifest is.
     manifest_signer: PublicKey | None = None
     manifest_signature: Signature | None = None
+    # The keys the operator signed with before ``manifest_signer``, oldest first, each handing over to the next and
+    # the last to the signer (``sapo-relay handover``): a node that pins or joined with an older key follows the
+    # new one, and from then on refuses the old ones (wire/manifest.py ``handover_chain``). Unset (not sent at all)
+    # where there is none, so that a node built before the field was added still reads the welcome.
+    manifest_handovers: (Annotated[list[KeyHandover], msgspec.Meta(max_length=MAX_HANDOVERS)]
+                         | msgspec.UnsetType) = msgspec.UNSET
 
 
 class Publish(_Message, tag="publish", frozen=True):

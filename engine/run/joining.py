@@ -27,6 +27,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
@@ -62,16 +63,27 @@ def follow(client: SwarmClient, cfg: NodeConfig, data_dir: Path,
         return cfg, None
     manifest, signer = client.manifest, client.manifest_signer
     recorded = _recorded(data_dir, cfg.swarm, events)
-    if recorded is not None and _keeps_record(client, cfg, *recorded, events):
-        manifest, signer = recorded
+    replaced = recorded.replaced if recorded is not None else ()
+    if signer is not None and bytes(signer) in replaced:
+        client.refuse(f"relay {client.url} announces swarm {cfg.swarm}'s manifest signed by {signer_hex(signer)[:12]}, "
+                      f"a key its operator replaced (with {signer_hex(recorded.signer)[:12]})")
+        return cfg, None
+    if recorded is not None and _keeps_record(client, cfg, recorded, events):
+        manifest, signer = recorded.manifest, recorded.signer
         digest = manifest_digest(manifest)
+    elif client.manifest_handed_from:
+        old = (recorded.signer if recorded is not None and recorded.signer is not None
+               else bytes.fromhex(cfg.manifest_signer) if cfg.manifest_signer else client.manifest_handed_from[-1])
+        events.status(f"swarm {cfg.swarm}: manifest key {signer_hex(old)[:12]} handed over to "
+                      f"{signer_hex(signer)[:12]}; the old keys are refused from now on")
+        replaced = tuple(dict.fromkeys(replaced + client.manifest_handed_from))  # the chain's keys are retired
     try:
         mix = swarm_mix(manifest, digest, cfg.task_config, cfg.task_levels)
     except SapoError as exc:
         client.refuse(str(exc))
         return cfg, None
     client.joined, client.joined_signer = manifest, signer
-    _record(data_dir, manifest, signer)
+    _record(data_dir, manifest, signer, replaced)
     for note in mix.notes:
         events.status(f"swarm {cfg.swarm}: {note}")
     events.emit(ev.SwarmManifest(state="adopted", swarm=manifest.swarm, digest=digest, mix=mix_summary(manifest),
@@ -92,26 +104,35 @@ def _against_pins(client: SwarmClient, cfg: NodeConfig, digest: str) -> str | No
         return (f"relay {client.url} announces manifest {digest[:12]} for swarm {cfg.swarm}, "
                 f"but the invite pins {cfg.manifest_digest[:12]}")
     signer = signer_hex(client.manifest_signer)
-    if cfg.manifest_signer is not None and signer != cfg.manifest_signer:
+    handed_from = {signer_hex(k) for k in client.manifest_handed_from}  # the pinned key handed over to this one
+    if cfg.manifest_signer is not None and signer != cfg.manifest_signer and cfg.manifest_signer not in handed_from:
         signed = f"signed by {signer[:12]}" if signer else "unsigned"
         return (f"relay {client.url} announces a manifest for swarm {cfg.swarm} {signed}, "
                 f"but the invite pins signer {cfg.manifest_signer[:12]}")
     return None
 
 
-def _keeps_record(client: SwarmClient, cfg: NodeConfig, recorded: Manifest, recorded_signer: bytes | None,
-                  events: EventLog) -> bool:
+def _keeps_record(client: SwarmClient, cfg: NodeConfig, recorded: Recorded, events: EventLog) -> bool:
     """True when the node keeps the manifest it joined with: the announced one is a change (reported). A pinned
-    digest, or a pinned signer other than the recorded one, decides instead of the record: the invite names what to
-    follow, moved on from the recorded one (the announced manifest has passed the pins already)."""
-    if cfg.manifest_digest is not None or cfg.manifest_signer not in (None, signer_hex(recorded_signer)):
+    digest, or a pinned signer other than the recorded one (or one it replaced), decides instead of the record: the
+    invite names what to follow, moved on from the recorded one (the announced manifest has passed the pins already)."""
+    known = {signer_hex(recorded.signer), *(signer_hex(k) for k in recorded.replaced)}
+    if cfg.manifest_digest is not None or cfg.manifest_signer not in (None, *known):
         return False
-    return client.tell_change(recorded, recorded_signer, events.emit)
+    return client.tell_change(recorded.manifest, recorded.signer, events.emit)
 
 
-def _recorded(data_dir: Path, swarm: str, events: EventLog) -> tuple[Manifest, bytes | None] | None:
-    """The manifest this node joined ``swarm`` with before and its signer, if recorded and intact (else None, said).
-    Records from before signed manifests hold no signer: they read as unsigned."""
+class Recorded(NamedTuple):
+    """What ``swarm-manifest.json`` holds: the manifest joined, its signer (None: unsigned), the keys it replaced."""
+
+    manifest: Manifest
+    signer: bytes | None
+    replaced: tuple[bytes, ...] = ()
+
+
+def _recorded(data_dir: Path, swarm: str, events: EventLog) -> Recorded | None:
+    """The manifest this node joined ``swarm`` with before, its signer and the keys handed over from, if recorded and
+    intact (else None, said). Records from before signed manifests hold no signer: they read as unsigned."""
     path = data_dir / RECORD
     try:
         record = json.loads(path.read_text())
@@ -124,21 +145,29 @@ def _recorded(data_dir: Path, swarm: str, events: EventLog) -> tuple[Manifest, b
         return None  # another swarm's: joining this one is a first join
     try:
         signer = record.get("signer", "")
-        if signer and not (isinstance(signer, str) and re.match(SIGNER_PATTERN, signer)):
-            raise ValueError(f"its signer {str(signer)[:20]!r} is not 64 hex")
-        return decode_manifest(record.get("manifest"), record.get("digest")), bytes.fromhex(signer) if signer else None
+        replaced = record.get("replaced", [])
+        if not isinstance(replaced, list) or len(replaced) > 64:
+            raise ValueError("its replaced keys are not a short list")
+        for key in [signer, *replaced] if signer else replaced:
+            if not (isinstance(key, str) and re.match(SIGNER_PATTERN, key)):
+                raise ValueError(f"its signer {str(key)[:20]!r} is not 64 hex")
+        return Recorded(decode_manifest(record.get("manifest"), record.get("digest")),
+                        bytes.fromhex(signer) if signer else None, tuple(bytes.fromhex(k) for k in replaced))
     except (ValueError, TypeError) as exc:
         events.status(f"{path} does not hold up ({exc}): the relay's manifest is taken as new")
         return None
 
 
-def _record(data_dir: Path, manifest: Manifest, signer: bytes | None) -> None:
-    """Atomically: the manifest this node follows in its swarm, and the key that signed it (absent: unsigned)."""
+def _record(data_dir: Path, manifest: Manifest, signer: bytes | None, replaced: tuple[bytes, ...] = ()) -> None:
+    """Atomically: the manifest this node follows in its swarm, the key that signed it (absent: unsigned), and the
+    keys its operator handed over from (refused from then on)."""
     path = data_dir / RECORD
     tmp = path.with_suffix(".tmp")
-    body = {"swarm": manifest.swarm, "digest": manifest_digest(manifest),
-            "manifest": json.loads(manifest_bytes(manifest))}
+    body: dict[str, Any] = {"swarm": manifest.swarm, "digest": manifest_digest(manifest),
+                            "manifest": json.loads(manifest_bytes(manifest))}
     if signer is not None:
         body["signer"] = signer_hex(signer)
+    if replaced:
+        body["replaced"] = [signer_hex(k) for k in replaced]
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)

@@ -35,8 +35,8 @@ from engine.errors import SapoError, first_line
 from wire import events as ev
 from wire.addresses import relay_url_problem, relay_urls_problem, split_relay_urls
 from wire.identity import Identity
-from wire.manifest import (Manifest, decode_manifest, manifest_changes, manifest_digest, manifest_signature_ok,
-                           mix_summary, signer_changes, signer_hex)
+from wire.manifest import (Manifest, decode_manifest, handover_chain, manifest_changes, manifest_digest,
+                           manifest_signature_ok, mix_summary, signer_changes, signer_hex)
 from wire.protocol import (MAX_FRAME_BYTES, MAX_NAME_CHARS, Ack, Auth, Challenge, Code, Error, Group, Groups, Hello,
                            Limits, ProtocolError, Publish, Report, Sample, ServerMessage, SharedGroup, StatsReply,
                            StatsRequest, Welcome, authored_by, decode, encode, group_digest, shared_group_ok,
@@ -118,6 +118,7 @@ class SwarmClient:
         self.manifest_signer: bytes | None = None
         self.joined: Manifest | None = None
         self.joined_signer: bytes | None = None
+        self.manifest_handed_from: tuple[bytes, ...] = ()  # earlier keys handing over to manifest_signer, checked
         self.on_manifest = on_manifest
         self._changes_told: set[tuple[str, bytes | None]] = set()
         self.refused: str | None = None  # why this node stopped using the relay for good
@@ -203,10 +204,18 @@ class SwarmClient:
             if manifest.swarm != self.swarm:
                 raise ValueError(f"the manifest is swarm {manifest.swarm!r}'s, not {self.swarm!r}'s")
             signer = checked_signer(welcome, manifest)
+            handed_from = handover_chain(welcome.manifest_handovers, signer)
         except ValueError as exc:
             self.refuse(f"relay {self.url} sent a swarm manifest this node refuses: {first_line(exc, 200)}")
             return False
         self.manifest, self.manifest_digest, self.manifest_signer = manifest, welcome.manifest_digest, signer  # latest
+        self.manifest_handed_from = handed_from
+        if self.joined_signer is not None and bytes(self.joined_signer) in handed_from:
+            # The key this node joined with handed over (its record follows at the next start, joining.py): from
+            # now on a manifest signed by the old key is a change, as by any other key.
+            self.on_status(f"swarm {self.swarm}: manifest key {signer_hex(self.joined_signer)[:12]} handed over to "
+                           f"{signer_hex(signer)[:12]}; its signature is the one followed now")
+            self.joined_signer = signer
         if self.joined is not None and self.on_manifest is not None:
             self.tell_change(self.joined, self.joined_signer, self.on_manifest)
         return True
@@ -218,7 +227,7 @@ class SwarmClient:
         announced, signer = self.manifest, self.manifest_signer
         if announced is None:
             return False
-        resigned = signer_changes(joined_signer, signer)
+        resigned = signer_changes(joined_signer, signer, self.manifest_handed_from)
         if manifest_digest(announced) == manifest_digest(joined) and not resigned:
             return False
         told = (manifest_digest(announced), signer)
