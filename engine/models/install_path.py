@@ -21,6 +21,10 @@ PATHS = ("cpu", "cuda", "metal")
 CUDA_TOOLS = ("nvcc", "cmake", "cublas_v2.h")
 CUDA_HOME_BIN = "/usr/local/cuda/bin"  # where the CUDA toolkit puts nvcc when it is not on PATH
 FIX = "SAPO_ACCEL={path} scripts/setup.sh"  # from a checkout; docs/DEPLOY.md has the installers' way
+# The Python that requirements/*.txt are resolved for (scripts/lock.sh): some of their pins hold one wheel, for
+# this version only (torch's CPU build from PyTorch's index is locked as its cp311 file), so another Python cannot
+# install them. pyproject allows newer ones; a lock for them is work left (packaging/README.md).
+LOCKED_PYTHON = (3, 11)
 
 
 def choose_path(forced: str | None, system: str, machine: str, nvidia_driver: bool) -> str:
@@ -44,6 +48,16 @@ def missing_tools(path: str, found: dict[str, bool]) -> list[str]:
     """The prerequisites of a path that this machine lacks (``found``: tool name -> seen)."""
     need = CUDA_TOOLS if path == "cuda" else ("cmake",)
     return [tool for tool in need if not found.get(tool, False)]
+
+
+def python_problem(version: tuple[int, ...]) -> str | None:
+    """Why set-up cannot install the locks with this Python, in one line; None for the locked version."""
+    if tuple(version[:2]) == LOCKED_PYTHON:
+        return None
+    want = ".".join(map(str, LOCKED_PYTHON))
+    return (f"the locks in requirements/ are for Python {want} (torch's CPU wheel among them), and this is Python "
+            f"{'.'.join(map(str, version[:2]))}: install Python {want} (e.g. Ubuntu 24.04: the deadsnakes PPA's "
+            f"python{want}-venv) and run PYTHON=python{want} scripts/setup.sh")
 
 
 def better_path(installed: str, best: str) -> str | None:
@@ -77,14 +91,18 @@ def tools_found() -> dict[str, bool]:
 
 
 def main(argv: list[str]) -> int:
-    """``install_path.py``: print the path; ``install_path.py --missing PATH``: print what it lacks, one line."""
+    """``install_path.py``: print the path (exit 2, one line, for a Python the locks cannot serve);
+    ``install_path.py --missing PATH``: print what it lacks, one line."""
     try:
         if argv[:1] == ["--missing"]:
             lacking = missing_tools(argv[1], tools_found())
             if lacking:
                 print(" ".join(lacking))
             return 0
-        print(this_machine_path(os.environ.get("SAPO_ACCEL") or None))
+        path = this_machine_path(os.environ.get("SAPO_ACCEL") or None)
+        if (problem := python_problem(sys.version_info)) is not None:
+            raise ValueError(problem)
+        print(path)
         return 0
     except ValueError as err:
         print(f"setup: {err}", file=sys.stderr)
