@@ -73,7 +73,11 @@ function showRelay(d) {
     a.href = "/swarm/" + encodeURIComponent(s.swarm);
     // The operator's manifest key, as an invite pins it: its first 16 hex digits here, all 64 on hover.
     const signer = s.signer ? el("span", s.signer.slice(0, 16) + "\u2026", "name") : el("span", "not signed", "bad");
-    if (s.signer) signer.title = s.signer;
+    // A key the operator handed over to (sapo-relay handover): the keys it replaced, oldest first, on hover too.
+    const handed = (s.handovers || []).map((h) => h.old);
+    if (s.signer) signer.title = s.signer + (handed.length ? "\\nreplaces " + handed.join(", then ") : "");
+    if (handed.length) signer.textContent += handed.length === 1 ? " (replaces an older key)"
+                                                                  : ` (replaces ${handed.length} older keys)`;
     return [a, s.description, s.tasks.join("; "), s.models.join(", "), signer, s.peers_online, s.groups_per_minute];
   }));
   $("public-box").hidden = pub.length === 0;

@@ -23,6 +23,7 @@ from wire.manifest import (Manifest, ManifestTask, handover_chain, manifest_byte
                            sign_manifest, signer_changes)
 from wire.protocol import MAX_HANDOVERS, KeyHandover
 
+import chromium
 from fake_relay import FakeRelay
 from relay_process import RelayProcess
 
@@ -155,6 +156,11 @@ def test_the_operator_hands_over_and_nodes_on_the_old_key_follow_then_refuse_it(
         assert listed["signer"] == NEW.public_key.hex() and [h["old"] for h in listed["handovers"]] == [OLD.public_key.hex()]
         assert handover_chain([KeyHandover(old=bytes.fromhex(h["old"]), signature=bytes.fromhex(h["signature"]))
                                for h in listed["handovers"]], bytes.fromhex(listed["signer"])) == (OLD.public_key,)
+        # The status page says so beside the signer, and names the replaced key on hover.
+        dom = chromium.Dom(chromium.dump_dom(chromium.require(), relay.http + "/"))
+        assert dom.rows["public"][1][4] == NEW.public_key.hex()[:16] + "\u2026 (replaces an older key)"
+        title = f"{NEW.public_key.hex()}\nreplaces {OLD.public_key.hex()}"
+        assert any(tag == "span" and attrs.get("title") == title for tag, attrs in dom.tags), title
         # Node a (joined with OLD) follows NEW: the same rules, no change reported; its record now names NEW and
         # OLD as replaced.
         _, mix, seen, c = _join(relay.url, node_a)
