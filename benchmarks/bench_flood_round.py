@@ -21,26 +21,24 @@ round time, its ratio to normal, and the refusals by reason.
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import os
 import statistics
 import string
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import msgspec
-from websockets.sync.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_hostile_round import one_run  # noqa: E402
+from benchmarks.bench_hostile_round import publish_raw as flood  # noqa: E402
 from benchmarks.bench_hostile_round import start_relay  # noqa: E402
 from engine.tasks import hashseed  # noqa: E402
 from engine.tasks.questions import QuestionStream, build_mix, regenerate  # noqa: E402
+from wire.authorship import MAIN_LANE, stream_seed  # noqa: E402
 from wire import protocol as p  # noqa: E402
-from wire.identity import Identity  # noqa: E402
 
 TASKS = "basic_arithmetic,propositional_logic,intermediate_integration"
 FLAGS = ["--model", "smollm2-135m", "--tasks", TASKS, "--local", "2", "--external", "2", "--completions", "4",
@@ -49,31 +47,28 @@ FLAGS = ["--model", "smollm2-135m", "--tasks", TASKS, "--local", "2", "--externa
 GROUPS = 16
 
 
-def _send(ws, frame: dict) -> dict:
-    ws.send(json.dumps({**frame, "v": p.PROTOCOL_VERSION}))
-    return json.loads(ws.recv(timeout=30))
-
-
 def _group(spec: p.TaskSpec, question: str, answer: str, answers: list[str]) -> dict:
     s = {"dataset": spec.dataset, "config": spec.config, "seed": spec.seed, "index": spec.index}
     return {"spec": s, "question": question, "answer": answer, "model": "evil", "round": 1,
             "completions": [f"<answer>{a}</answer>" for a in answers], "rewards": [1.0, 0.0] * (len(answers) // 2)}
 
 
-def _drawn(task: str, n: int) -> list:
-    return QuestionStream(build_mix("easy", tasks=[task]), "f" * 32, 1, []).draw(n)
+def _drawn(task: str, n: int, node_id: str) -> list:
+    """``node_id``'s own questions (seed 0, main lane: a group without ``origin``), as a relay and a receiver
+    check them (``wire.protocol.authored_by``)."""
+    return QuestionStream(build_mix("easy", tasks=[task]), node_id, 0, []).draw(n)
 
 
-def flood_groups(kind: str) -> list[dict]:
+def flood_groups(kind: str, node_id: str) -> list[dict]:
     if kind == "logic":
         out = []
-        for i, q in enumerate(_drawn("propositional_logic", GROUPS)):
+        for i, q in enumerate(_drawn("propositional_logic", GROUPS, node_id)):
             answers = ["∨".join(string.ascii_lowercase[j % 3:j % 3 + 16 + j % 3]) for j in range(8)]
             out.append(_group(q.spec, q.question, q.answer, answers))
         return out
     if kind == "integration":
         out = []
-        for q in _drawn("intermediate_integration", GROUPS):
+        for q in _drawn("intermediate_integration", GROUPS, node_id):
             v = q.entry["metadata"]["variable"]
             nested = [f"{f}(" * 8 + v + ")" * 8 for f in ("exp", "sin", "tan", "cosh")]
             products = [f"{v}**{k}*" + "*".join(f"{f}({v})**64" for f in ("sin", "cos", "tan", "exp", "log"))
@@ -83,7 +78,8 @@ def flood_groups(kind: str) -> list[dict]:
     if kind == "settings":
         kinds = [("bf", {"difficulty": 2}), ("base_conversion", {"min_base": 18, "max_base": 18}),
                  ("bf", {"difficulty": 2}), ("calendar_arithmetic", {"offset_upper_bound": 0})]
-        specs = [p.TaskSpec(dataset=kinds[i % 4][0], config=kinds[i % 4][1], seed=i, index=0) for i in range(GROUPS)]
+        specs = [p.TaskSpec(dataset=d, config=c, seed=stream_seed(node_id, 0, MAIN_LANE, d, c), index=i)
+                 for i, (d, c) in ((i, kinds[i % 4]) for i in range(GROUPS))]
         out = []
         for i, spec in enumerate(specs):  # (distinct questions: the relay refuses a question it holds already)
             real = regenerate(spec) if spec.dataset == "bf" else None
@@ -93,34 +89,10 @@ def flood_groups(kind: str) -> list[dict]:
     raise ValueError(kind)
 
 
-def flood(url: str, swarm: str, groups: list[dict]) -> int:
-    me = Identity.generate()
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    ws = connect(url, max_size=p.MAX_FRAME_BYTES)
-    nonce = _send(ws, {"type": "hello", "swarm": swarm, "public_key": b64(me.public_key), "model": "evil",
-                       "client_version": "evil/1"})["nonce"]
-    _send(ws, {"type": "auth", "signature": b64(p.sign_challenge(me, swarm, base64.b64decode(nonce)))})
-    accepted = 0
-    for g in groups:
-        sig = b64(p.sign_group(me, swarm, msgspec.convert(g, p.Group)))
-        accepted += _send(ws, {"type": "publish", "groups": [g], "signatures": [sig]})["accepted"]
-    ws.close()
-    return accepted
-
-
-def one_run(url: str, swarm: str, rounds: int, threads: int, cache: Path) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        events = Path(tmp) / "events.jsonl"
-        subprocess.run([sys.executable, "-m", "engine", "run", *FLAGS, "--threads", str(threads), "--relay", url,
-                        "--swarm", swarm, "--rounds", str(rounds), "--data-dir", tmp, "--events", str(events)],
-                       check=True, env={**os.environ, "SAPO_CACHE_DIR": str(cache)})
-        return [e for e in map(json.loads, events.read_text().splitlines()) if e["type"] == "round"]
-
-
-def honest_groups() -> list[dict]:
+def honest_groups(node_id: str) -> list[dict]:
     out = []
     for task in TASKS.split(","):
-        for q in _drawn(task, 3):
+        for q in _drawn(task, 3, node_id):
             right = q.answer or "x"
             out.append(_group(q.spec, q.question, q.answer, [right, "0"] * 4))
     return out[:8]
@@ -135,7 +107,8 @@ def verify_only(repeats: int) -> None:
     from engine.sharing.admission import Verifier
 
     mix = build_mix("easy", tasks=TASKS.split(","))
-    kinds = {"normal": honest_groups(), **{k: flood_groups(k) for k in ("logic", "integration", "settings")}}
+    sender = "5e" * 16
+    kinds = {"normal": honest_groups(sender), **{k: flood_groups(k, sender) for k in ("logic", "integration", "settings")}}
     with Sandbox(workers=2) as sandbox:
         sandbox.wait_ready()
         for budget in (float("inf"), None):
@@ -149,7 +122,7 @@ def verify_only(repeats: int) -> None:
                 times, reasons = [], {}
                 for _ in range(repeats):
                     t0 = time.perf_counter()
-                    verdicts = verifier.check_many(batch, ["sender"] * len(batch))
+                    verdicts = verifier.check_many(batch, [sender] * len(batch))
                     times.append(time.perf_counter() - t0)
                     for v in verdicts:
                         reasons[v.reason or "ok"] = reasons.get(v.reason or "ok", 0) + 1
@@ -177,8 +150,9 @@ def main() -> None:
         try:
             for kind in args.kinds.split(","):
                 if kind != "normal":
-                    print(f"{kind}: published {flood(url, kind, flood_groups(kind))} groups", flush=True)
-                rounds = one_run(url, kind, args.rounds, args.threads, cache)
+                    print(f"{kind}: published {flood(url, kind, lambda node_id: flood_groups(kind, node_id))} groups",
+                          flush=True)
+                rounds = one_run(url, kind, args.rounds, args.threads, cache, FLAGS)
                 times[kind] = statistics.median(r["round_s"] for r in rounds)
                 print(kind, [(r["round_s"], r["score_s"], r["external_groups"], r["rejected_reasons"]) for r in rounds],
                       flush=True)

@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/ is the re
 from engine.tasks.questions import QuestionStream, build_mix  # noqa: E402
 from tools.relay_loadgen import free_port, http_get  # noqa: E402
 from wire import protocol as p  # noqa: E402
-from wire.identity import Identity  # noqa: E402
+from wire.identity import Identity, node_id_for  # noqa: E402
 
 FLAGS = ["--model", "smollm2-135m", "--tasks", "basic_arithmetic", "--local", "2", "--external", "2",
          "--completions", "4", "--max-tokens", "64", "--eval-every", "0", "--quiet"]
@@ -53,35 +54,52 @@ def start_relay(data: Path) -> tuple[subprocess.Popen, str]:
 
 def _send(ws, frame: dict) -> dict:
     ws.send(json.dumps({**frame, "v": p.PROTOCOL_VERSION}))
-    return json.loads(ws.recv(timeout=10))
+    return json.loads(ws.recv(timeout=30))
 
 
-def flood(url: str, swarm: str) -> int:
-    """8 long groups, as raw JSON from a hand-written client with a key of its own."""
+def publish_raw(url: str, swarm: str, groups_for: Callable[[str], list[dict]]) -> int:
+    """Publish ``groups_for(node_id)`` one a frame (a frame is at most 1 MB), as raw JSON from a hand-written client
+    with a key of its own; the number the relay accepted. The groups are made for the client's node id, because a
+    relay takes only groups drawn from their author's own question stream (``wire.protocol.authored_by``)."""
     me = Identity.generate()
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     ws = connect(url, max_size=p.MAX_FRAME_BYTES)
     nonce = _send(ws, {"type": "hello", "swarm": swarm, "public_key": b64(me.public_key), "model": "evil",
                        "client_version": "evil/1"})["nonce"]
     _send(ws, {"type": "auth", "signature": b64(p.sign_challenge(me, swarm, base64.b64decode(nonce)))})
-    qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), "e" * 32, 0, []).draw(8)
-    pad = "Let me think about this step by step, carefully. " * 300  # ~15,000 characters
     accepted = 0
-    for q in qs:  # one per frame: a frame is at most 1 MB
-        spec = {"dataset": q.spec.dataset, "config": q.spec.config, "seed": q.spec.seed, "index": q.spec.index}
-        g = {"spec": spec, "question": q.question, "answer": q.answer, "model": "evil", "round": 1,
-             "completions": [f"<answer>{q.answer}</answer>" + pad, "<answer>-99</answer>" + pad] * 4,
-             "rewards": [1.0, 0.0] * 4}
+    for g in groups_for(node_id_for(me.public_key)):
         sig = b64(p.sign_group(me, swarm, msgspec.convert(g, p.Group)))
-        accepted += _send(ws, {"type": "publish", "groups": [g], "signatures": [sig]})["accepted"]
+        reply = _send(ws, {"type": "publish", "groups": [g], "signatures": [sig]})
+        accepted += reply["accepted"]
+        for r in reply.get("rejected", []):
+            print(f"relay refused a flood group: {r['reason']}", file=sys.stderr)
     ws.close()
     return accepted
 
 
-def one_run(url: str, swarm: str, rounds: int, threads: int, cache: Path) -> list[dict]:
+def long_groups(node_id: str) -> list[dict]:
+    """8 groups of 8 completions of ~15,000 characters on ``node_id``'s own questions, the valid answer first."""
+    qs = QuestionStream(build_mix("easy", tasks=["basic_arithmetic"]), node_id, 0, []).draw(8)
+    pad = "Let me think about this step by step, carefully. " * 300  # ~15,000 characters
+    groups = []
+    for q in qs:
+        spec = {"dataset": q.spec.dataset, "config": q.spec.config, "seed": q.spec.seed, "index": q.spec.index}
+        groups.append({"spec": spec, "question": q.question, "answer": q.answer, "model": "evil", "round": 1,
+                       "completions": [f"<answer>{q.answer}</answer>" + pad, "<answer>-99</answer>" + pad] * 4,
+                       "rewards": [1.0, 0.0] * 4})
+    return groups
+
+
+def flood(url: str, swarm: str) -> int:
+    return publish_raw(url, swarm, long_groups)
+
+
+def one_run(url: str, swarm: str, rounds: int, threads: int, cache: Path, flags: list[str] = FLAGS) -> list[dict]:
+    """A fresh node's ``rounds`` rounds with ``flags`` against the relay at ``url``: its round events."""
     with tempfile.TemporaryDirectory() as tmp:
         events = Path(tmp) / "events.jsonl"
-        subprocess.run([sys.executable, "-m", "engine", "run", *FLAGS, "--threads", str(threads), "--relay", url,
+        subprocess.run([sys.executable, "-m", "engine", "run", *flags, "--threads", str(threads), "--relay", url,
                         "--swarm", swarm, "--rounds", str(rounds), "--data-dir", tmp, "--events", str(events)],
                        check=True, env={**os.environ, "SAPO_CACHE_DIR": str(cache)})
         return [e for e in map(json.loads, events.read_text().splitlines()) if e["type"] == "round"]
