@@ -4,7 +4,6 @@ pause, resume, finish-then-pause and stop act on the real loop."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 
 from app import engine_process
 from app.window import MainWindow

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 from test_app_history import _round, run_script, stop
 
 from app.replay import read_events

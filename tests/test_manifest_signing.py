@@ -22,7 +22,7 @@ import pytest
 from engine.config import NodeConfig, build_config
 from engine.errors import SapoError
 from engine.run.event_log import EventLog
-from engine.run.joining import RECORD, follow, join
+from engine.run.joining import RECORD, join
 from engine.run.runner import invite_settings
 from engine.sharing.swarm_client import SwarmClient
 from relay.swarms import load_swarms

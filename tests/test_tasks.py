@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from engine.errors import SapoError
-from engine.tasks.questions import (ANY_TASK_CAPS, MAX_INDEX, PAPER_TASKS, QuestionStream, StreamState, TaskEntry, admit,
+from engine.tasks.questions import (ANY_TASK_CAPS, MAX_INDEX, PAPER_TASKS, QuestionStream, StreamState, admit,
                           build_mix, content_key, derive_seed, fewshot_messages, heldout_set, question_key, regenerate)
 from wire.protocol import TaskSpec
 
