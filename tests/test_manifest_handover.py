@@ -26,20 +26,13 @@ from wire.protocol import MAX_HANDOVERS, KeyHandover
 import chromium
 from fake_relay import FakeRelay
 from relay_process import RelayProcess
+from test_manifest_signing import SWARMS  # the same signed swarm of chain sums
 
 OLD = Identity.from_seed(b"\x21" * 32)  # the operator's first manifest key
 NEW = Identity.from_seed(b"\x22" * 32)  # its successor
 NEWER = Identity.from_seed(b"\x23" * 32)
 EVIL = Identity.from_seed(b"\x66" * 32)
 NODE = Identity.from_seed(b"\x08" * 32)
-SWARMS = """
-[swarms.sums]
-description = "Sums, signed"
-completions = 4
-max_tokens = 24
-[swarms.sums.tasks.chain_sum]
-config = { min_terms = 2, max_terms = 2, min_digits = 1, max_digits = 1 }
-"""
 
 
 # --- the chain itself (wire/manifest.py) ---------------------------------------------------------------------------
