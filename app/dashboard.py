@@ -208,8 +208,19 @@ class Dashboard(QWidget):
         self.leaderboard.setAccessibleName("leaderboard of the swarm")
         self.refused = QLabel("")
         self.refused.setWordWrap(True)
+        self.rules = QLabel("")  # the swarm's rules this computer follows
+        self.rules_notice = QLabel("")  # other rules announced, or refused: what this computer does instead
+        for label in (self.rules, self.rules_notice):
+            label.setWordWrap(True)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # keys can be copied
+            label.hide()
+        self.rules.setAccessibleName("the swarm's rules")
+        self.rules_notice.setAccessibleName("about the swarm's rules")
+        self.rules_notice.setStyleSheet(f"QLabel {{ background: {palette.PROBLEM_BANNER}; padding: 4px; }}")
         swarm = QWidget()
         sl = QVBoxLayout(swarm)
+        sl.addWidget(self.rules)
+        sl.addWidget(self.rules_notice)
         sl.addWidget(self.leaderboard)
         sl.addWidget(self.refused)
         self.log = QPlainTextEdit()
@@ -328,6 +339,12 @@ class Dashboard(QWidget):
                 self.feed.setItem(i, j, _item(text))
 
     def _refresh_swarm(self, m: RunModel) -> None:
+        rules, notice = m.rules_text()
+        for label, text in ((self.rules, rules), (self.rules_notice, notice)):
+            label.setText(text)
+            label.setVisible(bool(text))
+        # The notice matters more than the tab it sits on: the tab's name says there is one.
+        self.tabs.setTabText(self.tabs.indexOf(self.rules.parentWidget()), "Swarm ⚠" if notice else "Swarm")
         self.leaderboard.setRowCount(len(m.leaderboard))
         for i, row in enumerate(m.leaderboard):
             name = row.name + (" (you)" if row.node_id == m.node_id else "")

@@ -108,6 +108,10 @@ class RunModel:
     # A followed swarm's tasks this model has never answered right, drawn less for now (engine/tasks/held_back.py):
     # task -> its weight's factor, from the latest round
     held_back: dict[str, float] = field(default_factory=dict)
+    # The swarm's rules (its manifest) this node follows, and the latest word against them: a change the relay
+    # announces (the node keeps its rules) or a refusal (it trains alone); the Swarm tab says both
+    rules: ev.SwarmManifest | None = None
+    rules_notice: ev.SwarmManifest | None = None
 
     @property
     def current_round(self) -> int:
@@ -161,6 +165,9 @@ class RunModel:
             case ev.SwarmManifest(state="adopted"):  # a node that started alone follows its swarm from now on
                 self.settings |= {"completions": event.completions, "max_tokens": event.max_tokens,
                                   "format_bonus": event.format_bonus}
+                self.rules, self.rules_notice = event, None
+            case ev.SwarmManifest():
+                self.rules_notice = event
             case ev.Swarm():
                 self.peers = event.peers_online
                 self.leaderboard = list(event.leaderboard)
@@ -324,6 +331,27 @@ class RunModel:
         if link.state == "unreachable":
             return "offline", f"relay unreachable: {link.reason}; {next_try(link.retry_at, now)}"
         return str(self.peers), f"{volunteers(self.peers)} online"
+
+    def rules_text(self) -> tuple[str, str]:
+        """The Swarm tab's two lines on the swarm's rules: which this node follows (tasks, digest, signer, the keys
+        its operator replaced), and a notice when the relay announces other rules or this node refused them."""
+        rules = ""
+        if (r := self.rules) is not None:
+            signed = f", signed by key {r.signer[:12]}" if r.signer else ", unsigned"
+            rules = f"Swarm {r.swarm} · tasks: {', '.join(r.mix)} · rules {r.digest[:12]}{signed}"
+            if r.replaced:
+                keys = ", ".join(k[:12] for k in r.replaced)
+                rules += (f" (its operator replaced key{'s' if len(r.replaced) > 1 else ''} {keys} with it; rules "
+                          "signed by a replaced key are refused)")
+        notice = ""
+        if (n := self.rules_notice) is not None and n.state == "changed":
+            what = ", ".join(n.changes) or "their content"
+            notice = (f"The relay now announces other rules for swarm {n.swarm} ({what} changed). This computer "
+                      f"keeps the rules it joined with ({n.joined_digest[:12]}); an invite that names the new "
+                      f"rules ({n.digest[:12]}) moves it to them.")
+        elif n is not None:
+            notice = f"This computer trains alone on its own tasks: {n.reason.rstrip('.')}."
+        return rules, notice
 
     def accuracy_caption(self) -> tuple[str, str]:
         """The accuracy card's caption, and what its tooltip adds: the tasks drawn less because this model has

@@ -140,6 +140,12 @@ def test_the_terminal_says_the_relay_link():
     first, second = out.getvalue().splitlines()
     assert first == f"relay: connected to {RELAY}, 1 peer online"
     assert second.startswith(f"relay: {RELAY} unreachable (connection refused); training on local groups, next try in")
+    out = io.StringIO()
+    show = terminal_printer(out)
+    show(ev.SwarmManifest(state="adopted", swarm="sums", digest="d" * 64, mix=["chain_sum"], completions=4,
+                          max_tokens=48, format_bonus=0.1, signer="b" * 64, replaced=["a" * 64]))
+    assert out.getvalue() == (f"swarm sums: following its manifest {'d' * 12} signed by {'b' * 12} (replaces "
+                              f"{'a' * 12}) | L=4 max_tokens 48 | chain_sum\n")
 
 
 def test_a_manifest_adopted_after_start_sets_l_and_the_reward_scale():
@@ -153,3 +159,43 @@ def test_a_manifest_adopted_after_start_sets_l_and_the_reward_scale():
     m.apply(ev.SwarmManifest(state="changed", swarm="sums", digest="e" * 64, joined_digest="d" * 64,
                              changes=["max_tokens"]))
     assert m.settings["max_tokens"] == 12  # a change is reported, not followed
+
+
+def test_the_swarm_tab_names_the_rules_followed_and_says_a_change_or_a_refusal(qtbot):
+    from app.dashboard import Dashboard
+    d = Dashboard()
+    qtbot.addWidget(d)
+    m = RunModel()
+    m.apply(_start())
+    d.refresh(m)
+    swarm_tab = d.tabs.indexOf(d.rules.parentWidget())
+    assert d.rules.isHidden() and d.rules_notice.isHidden() and d.tabs.tabText(swarm_tab) == "Swarm"
+    new, old = "b" * 64, "a" * 64
+    m.apply(ev.SwarmManifest(state="adopted", swarm="sums", digest="d" * 64, mix=["chain_sum", "gcd"],
+                             completions=4, max_tokens=48, format_bonus=0.1, signer=new, replaced=[old]))
+    d.refresh(m)
+    text = d.rules.text()
+    assert not d.rules.isHidden() and d.rules_notice.isHidden()
+    assert "Swarm sums" in text and "chain_sum, gcd" in text and "d" * 12 in text and f"key {new[:12]}" in text
+    assert f"replaced key {old[:12]} with it" in text and "refused" in text
+    # The relay announces other rules: the node keeps its own (the event says so) and the tab says what changed.
+    m.apply(ev.SwarmManifest(state="changed", swarm="sums", digest="e" * 64, joined_digest="d" * 64,
+                             changes=["max_tokens", "tasks"]))
+    d.refresh(m)
+    assert "Swarm sums" in d.rules.text()  # still the rules it follows
+    notice = d.rules_notice.text()
+    assert not d.rules_notice.isHidden() and d.tabs.tabText(swarm_tab) == "Swarm ⚠"
+    assert "max_tokens, tasks changed" in notice and "keeps the rules it joined with (dddddddddddd)" in notice
+    assert "e" * 12 in notice
+    # Adopting again (a new invite) clears the notice.
+    m.apply(ev.SwarmManifest(state="adopted", swarm="sums", digest="e" * 64, mix=["chain_sum"], completions=4,
+                             max_tokens=64, format_bonus=0.1, signer=new))
+    d.refresh(m)
+    assert d.rules_notice.isHidden() and d.tabs.tabText(swarm_tab) == "Swarm" and "replaced" not in d.rules.text()
+    # A refusal: it trains alone, and the reason is the engine's own line.
+    m2 = RunModel()
+    m2.apply(ev.SwarmManifest(state="refused", swarm="sums", reason=f"relay {RELAY} announces a manifest signed by "
+                              f"{old[:12]}, a key its operator replaced (with {new[:12]})"))
+    d.refresh(m2)
+    assert d.rules.isHidden() and d.rules_notice.text().startswith("This computer trains alone on its own tasks: relay")
+    assert d.rules_notice.text().endswith(f"(with {new[:12]}).")

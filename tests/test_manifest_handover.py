@@ -159,6 +159,7 @@ def test_the_operator_hands_over_and_nodes_on_the_old_key_follow_then_refuse_it(
         _, mix, seen, c = _join(relay.url, node_a)
         assert mix is not None and not _of(seen, "changed") and c.joined_signer == NEW.public_key
         assert _of(seen, "adopted")[0].signer == NEW.public_key.hex()
+        assert _of(seen, "adopted")[0].replaced == [OLD.public_key.hex()]  # the app names the replaced key
         assert any("handed over to" in s and "refused from now on" in s for s in _said(seen)), _said(seen)
         record = json.loads((node_a / RECORD).read_text())
         assert record["signer"] == NEW.public_key.hex() and record["replaced"] == [OLD.public_key.hex()]

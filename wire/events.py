@@ -276,6 +276,7 @@ class SwarmManifest(Event, tag="manifest", frozen=True):
     joined_digest: str = ""  # changed: the digest this node joined with and keeps
     signer: str = ""  # the key that signed the manifest this event is about (64 hex; "" unsigned)
     joined_signer: str = ""  # changed: the signer of the one this node joined with and keeps
+    replaced: list[str] = []  # adopted: keys the operator handed over from (64 hex each), refused from now on
     changes: list[str] = []
     reason: str = ""
 

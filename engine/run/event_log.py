@@ -115,6 +115,7 @@ def terminal_printer(stream: TextIO = sys.stderr) -> Listener:
                 line = f"relay: {e.url} unreachable ({e.reason}); training on local groups, next try in {wait}s"
             case ev.SwarmManifest(state="adopted"):
                 signed = f" signed by {e.signer[:12]}" if e.signer else ""
+                signed += f" (replaces {', '.join(k[:12] for k in e.replaced)})" if e.replaced else ""
                 line = (f"swarm {e.swarm}: following its manifest {e.digest[:12]}{signed} | L={e.completions} "
                         f"max_tokens {e.max_tokens} | {'; '.join(e.mix)}")
             case ev.SwarmManifest(state="changed"):

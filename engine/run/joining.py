@@ -88,7 +88,8 @@ def follow(client: SwarmClient, cfg: NodeConfig, data_dir: Path,
         events.status(f"swarm {cfg.swarm}: {note}")
     events.emit(ev.SwarmManifest(state="adopted", swarm=manifest.swarm, digest=digest, mix=mix_summary(manifest),
                                  completions=manifest.completions, max_tokens=manifest.max_tokens,
-                                 format_bonus=manifest.format_bonus, signer=signer_hex(signer)))
+                                 format_bonus=manifest.format_bonus, signer=signer_hex(signer),
+                                 replaced=[signer_hex(k) for k in replaced]))
     cfg = dataclasses.replace(cfg, completions=manifest.completions, max_tokens=manifest.max_tokens,
                               format_bonus=manifest.format_bonus, tasks=[e.dataset for e in mix.mix],
                               task_weights={e.dataset: e.weight for e in mix.mix},
