@@ -212,6 +212,7 @@ class Dashboard(QWidget):
         self.rules_notice = QLabel("")  # other rules announced, or refused: what this computer does instead
         for label in (self.rules, self.rules_notice):
             label.setWordWrap(True)
+            label.setTextFormat(Qt.TextFormat.PlainText)  # a relay's swarm name or reason is never markup
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)  # keys can be copied
             label.hide()
         self.rules.setAccessibleName("the swarm's rules")
