@@ -77,7 +77,8 @@ def test_two_engines_train_on_each_others_groups(tmp_path, relay, model_cache):
         assert [e["round"] for e in rounds] == [1, 2, 3]
         assert all(e["relay_connected"] for e in rounds)
         assert sum(e["external_groups"] for e in rounds) > 0, "never trained on a peer's group"
-        assert all(e["rejected_groups"] == 0 for e in rounds)
+        # heldout_leak may refuse an honest group (~1 in 64 measured, docs/SECURITY.md): no other refusal
+        assert all(set(e["rejected_reasons"]) <= {"heldout_leak"} for e in rounds), [e["rejected_reasons"] for e in rounds]
         # Budget I + J = 4 is kept: whatever the swarm did not supply was made locally.
         # I + J = 4; dead own slots (no spread) refilled by more swarm groups (fill_dead_slots, the default)
         assert all(e["groups"] + e["external_groups"] - e["dead_slots_filled"] == 4 for e in rounds)
