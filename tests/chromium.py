@@ -6,9 +6,12 @@ Tests that need it skip with a visible reason when it is missing, and fail inste
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -29,16 +32,49 @@ def require() -> str:
     return path
 
 
+def _end_group(pgid: int) -> None:
+    """End chromium and every helper it started (renderer, zygote, crashpad): SIGTERM, then SIGKILL.
+
+    Ending only the browser process left helpers writing into the profile while it was being
+    removed ("Directory not empty: 'Default'", seen once in CI).
+    """
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)  # anyone left in the group?
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def _remove_profile(profile: str) -> None:
+    shutil.rmtree(profile, ignore_errors=True)
+    if os.path.exists(profile):  # a helper outlived SIGKILL's delivery by a moment: once more
+        time.sleep(0.5)
+        shutil.rmtree(profile)
+
+
 def _run(browser: str, url: str, *args: str, width: int = 1100, height: int = 900, budget_ms: int = 4000) -> str:
-    with tempfile.TemporaryDirectory(prefix="sapo-chromium-") as profile:
-        cmd = [browser, "--headless", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-               # --no-sandbox: the test machine runs as root, where chromium's sandbox cannot start.
-               "--no-sandbox", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-               f"--virtual-time-budget={budget_ms}", *args, url]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise RuntimeError(f"chromium exited with {done.returncode}: {done.stderr[-2000:]}")
-    return done.stdout
+    profile = tempfile.mkdtemp(prefix="sapo-chromium-")
+    cmd = [browser, "--headless", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           # --no-sandbox: the test machine runs as root, where chromium's sandbox cannot start.
+           "--no-sandbox", f"--user-data-dir={profile}", f"--window-size={width},{height}",
+           f"--virtual-time-budget={budget_ms}", *args, url]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        _end_group(proc.pid)
+        proc.wait()
+        _remove_profile(profile)
+    if proc.returncode != 0:
+        raise RuntimeError(f"chromium exited with {proc.returncode}: {err[-2000:]}")
+    return out
 
 
 def dump_dom(browser: str, url: str, **kw: int) -> str:
@@ -126,12 +162,12 @@ class LivePage:
 
         from websockets.sync.client import connect
 
-        self._profile = tempfile.TemporaryDirectory(prefix="sapo-chromium-")
+        self._profile = tempfile.mkdtemp(prefix="sapo-chromium-")
         self.proc = subprocess.Popen(
             [browser, "--headless", "--disable-gpu", "--no-first-run", "--no-sandbox",
-             f"--user-data-dir={self._profile.name}", f"--window-size={width},{height}",
+             f"--user-data-dir={self._profile}", f"--window-size={width},{height}",
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         assert self.proc.stderr is not None
         deadline = time.monotonic() + 60
         port = None
@@ -178,12 +214,9 @@ class LivePage:
         try:
             self.ws.close()
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            self._profile.cleanup()
+            _end_group(self.proc.pid)
+            self.proc.wait()
+            _remove_profile(self._profile)
 
     def __enter__(self) -> LivePage:
         return self
