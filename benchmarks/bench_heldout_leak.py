@@ -5,8 +5,8 @@ The bundled model samples, with a node's own prompts (easy preset, 2 worked exam
 - ``training``: questions of a node's own stream (never held out), the groups a node shares: how many of
   these would the receiver's rule (engine/tasks/leakage.py) refuse by mistake?
 Hostile completions: each training completion with one held-out question and its answer added to its working,
-in three wordings (the question's own text, its bare expression/numbers, and spelled out in words): how many
-does the rule catch?
+in four wordings (the question's own text, its bare expression/numbers, spelled out digit by digit, and with
+its numbers and operators in words): how many does the rule catch?
 
     python benchmarks/bench_heldout_leak.py [--per-task 16] [--completions 4] [--threads 2]
 """
@@ -16,8 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import tempfile
 from pathlib import Path
+
+from num2words import num2words
 
 from engine.models.modelfile import bundled_model_path
 from engine.models.working_copy import working_gguf
@@ -28,10 +31,18 @@ from engine.tasks.questions import Prompts, QuestionStream, build_mix, heldout_s
 from engine.tasks.rewards import extract_answer
 
 WORDS = "zero one two three four five six seven eight nine".split()
+OPERATORS = {"*": "times", "+": "plus", "-": "minus", "/": "divided by"}
 
 
 def spelled(text: str) -> str:
+    """Digit by digit: ``8 * 10`` -> ``eight * one zero``."""
     return " ".join(WORDS[int(ch)] if ch.isdigit() else ch for ch in text)
+
+
+def in_words(text: str) -> str:
+    """As a person writes it: ``8 * 10`` -> ``eight times ten`` (num2words)."""
+    text = re.sub(r"(?<![\w.])-?\d+", lambda m: num2words(int(m.group())), text)
+    return re.sub(r"\s([*+/-])\s", lambda m: f" {OPERATORS[m.group(1)]} ", text)
 
 
 def main() -> None:
@@ -74,7 +85,8 @@ def main() -> None:
         "question text": lambda h: f" Also: {h.question} {h.answer}.",
         "bare": lambda h: f" (Note {h.entry['metadata'].get('expression', h.entry['metadata'].get('year', ''))}"
                           f" -> {h.answer})",
-        "spelled out": lambda h: f" Also: {spelled(h.question)} {spelled(h.answer)}.",
+        "spelled out digit by digit": lambda h: f" Also: {spelled(h.question)} {spelled(h.answer)}.",
+        "numbers and operators in words": lambda h: f" Also: {in_words(h.question)} {in_words(h.answer)}.",
     }
     for kind, add in kinds.items():
         hostile = []

@@ -1,9 +1,13 @@
 """The held-out leak rule (engine/tasks/leakage.py) on the easy preset's real held-out questions: every pair stated
-with the question's own text or its expression is caught, and what only resembles one is not."""
+with the question's own text or its expression, in digits or in words, is caught, and what only resembles one is not."""
 
 from __future__ import annotations
 
-from engine.tasks.leakage import LeakCheck
+import re
+
+from num2words import num2words
+
+from engine.tasks.leakage import LeakCheck, spoken, squash
 from engine.tasks.questions import build_mix, heldout_set
 
 HELD = heldout_set(build_mix("easy"), 16)
@@ -24,3 +28,50 @@ def test_a_negative_answer_after_a_full_stop_is_caught_and_a_subtraction_is_not_
     assert CHECK.leaks(f"{expression} = {h.answer}")
     assert not CHECK.leaks(f"{expression} and 1{h.answer} = {1 + int(h.answer)}")  # "1-3": no "-3" of its own
     assert not CHECK.leaks(f"{expression} is 0.{h.answer[1:]}")
+
+
+def say(text: str) -> str:
+    """Every number and arithmetic operator of ``text`` in words (num2words), as a peer hiding a pair would."""
+    text = re.sub(r"(?<![\w.])-?\d+", lambda m: num2words(int(m.group())), text)
+    return re.sub(r"\s([*+/-])\s", lambda m: f" {WORDS[m.group(1)]} ", text)
+
+
+WORDS = {"*": "times", "+": "plus", "-": "minus", "/": "divided by"}
+
+
+def test_every_held_out_pair_spelled_out_in_words_is_caught():
+    missed = []
+    for h in HELD:
+        year = h.entry.get("metadata", {}).get("year")
+        if year is not None and year < 2000:
+            continue  # "one thousand, nine hundred and seventy": text2num reads "1000, 970" (docs/SECURITY.md)
+        said = f"I work it out. Also: {say(h.question)} {say(h.answer)}. <answer>1</answer>"
+        assert any(ch.isdigit() for ch in h.answer + h.question) and not re.search(r"\d", said.split("<answer>")[0])
+        if not CHECK.leaks(said):
+            missed.append(said)
+    assert not missed, missed
+
+
+def test_spoken_reads_number_words_and_operators_as_symbols():
+    assert squash(spoken("Eight times ten is eighty")) == "8*10 is 80"
+    assert squash(spoken("six minus nine is minus three")) == "6-9 is-3"
+    assert squash(spoken("Nine divided by three, multiplied by two")) == "9/3,*2"
+    assert spoken("the sometimes plussed") == "the sometimes plussed"  # whole words only
+
+
+def test_a_negative_answer_after_a_word_is_caught():
+    h = next(h for h in HELD if h.answer.startswith("-"))
+    expression = h.entry["metadata"]["expression"]
+    assert CHECK.leaks(f"{expression} is {h.answer}")  # squashed: "is-3"
+    assert not CHECK.leaks(f"{expression} is 1{h.answer}")
+
+
+def test_honest_working_in_words_on_questions_not_held_out_is_not_a_leak():
+    cores = {squash(h.entry["metadata"]["expression"]) for h in HELD if "expression" in h.entry.get("metadata", {})}
+    cores |= {str(h.entry["metadata"]["year"]) for h in HELD if "year" in h.entry.get("metadata", {})}
+    for text, core in (("Eight times nine is seventy-two. <answer>72</answer>", "8*9"),
+                       ("Twelve minus five is seven, <answer>7</answer>", "12-5"),
+                       ("The greatest common divisor of twelve and eighteen is six. <answer>6</answer>", None),
+                       ("Two thousand and twenty-four is a leap year, so yes. <answer>Yes</answer>", "2024")):
+        assert core not in cores  # not a held-out question: saying it is no leak
+        assert not CHECK.leaks(text), text

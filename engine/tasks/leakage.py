@@ -4,9 +4,10 @@ A peer's group on a question of its own may carry, in its completions' working, 
 its answer ("by the way, 3 * 4 = 12"); trained on, that teaches the receiver its own evaluation. A receiver
 refuses an external group any completion of which states a held-out question (``marks``: what decides the
 question, e.g. an arithmetic expression or a leap-year question's year) together with its answer
-(``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only. A paraphrase ("three
-times four is twelve") is not caught; docs/SECURITY.md has the measured rates
-(benchmarks/bench_heldout_leak.py).
+(``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only, as written and with
+numbers and operators spelled out in words read as symbols (``spoken``: "three times four is twelve" reads
+"3*4 is 12"; text2num parses the number words). A reworded question ("the product of three and four") is not
+caught; docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py).
 """
 
 from __future__ import annotations
@@ -14,12 +15,28 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from text_to_num import alpha2digit
+
 from engine.tasks.questions import Question
+
+# Operators said in words, as the easy tasks' expressions write them. Longest first: "multiplied by" before "by".
+_OPERATORS = [(re.compile(rf"\b{w}\b"), sym) for w, sym in (
+    (r"multiplied\s+by", "*"), (r"divided\s+by", "/"), ("times", "*"), ("plus", "+"), ("minus", "-"))]
 
 
 def squash(text: str) -> str:
     """Casefolded, no whitespace around symbols, one space between words: ``Calculate 2 + 5.`` -> ``calculate 2+5.``"""
     return " ".join(re.sub(r"\s*([^\w\s.])\s*", r"\1", str(text).casefold()).split())
+
+
+def spoken(text: str) -> str:
+    """Numbers and arithmetic operators written in words, as digits and symbols (casefolded):
+    ``Eight times ten is eighty`` -> ``8 * 10 is 80``. Linear in the text (text2num is a Rust parser); the
+    receiver checks completions already cut to its own ``max_tokens``."""
+    text = alpha2digit(str(text).casefold(), "en", threshold=0)  # threshold 0: "one" and "two" too
+    for pattern, sym in _OPERATORS:
+        text = pattern.sub(f" {sym} ", text)
+    return text
 
 
 def _core(dataset: str, entry: dict[str, Any], question: str) -> str:
@@ -44,9 +61,9 @@ def marks(q: Question) -> re.Pattern[str] | None:
         return None
     core = _core(q.spec.dataset, q.entry, q.question)
     edge_l, edge_r = r"(?<![0-9a-z.])", r"(?![0-9a-z]|\.[0-9])"
-    # An answer led by a sign after a full stop ("6 - 9. -3" squashes to "6-9.-3"): that stop is no decimal
-    # point, so only a digit or letter before the sign makes it part of something else ("6-3" is not "-3").
-    answer_l = edge_l if answer[0].isalnum() else r"(?<![0-9a-z])"
+    # An answer led by a sign: squashing joins it to what comes before ("6 - 9. -3" -> "6-9.-3", "is -3" ->
+    # "is-3"), so only a digit before the sign makes it part of something else ("6-3" is not "-3").
+    answer_l = edge_l if answer[0].isalnum() else r"(?<![0-9])"
     a, c = answer_l + re.escape(answer) + edge_r, edge_l + re.escape(core) + edge_r
     return re.compile(f"(?=.*{c})(?=.*{a})", re.DOTALL)
 
@@ -58,5 +75,6 @@ class LeakCheck:
         self.marks = [m for m in map(marks, heldout) if m is not None]
 
     def leaks(self, text: str) -> bool:
-        squashed = squash(text)
-        return any(m.match(squashed) for m in self.marks)
+        if not self.marks:
+            return False
+        return any(m.match(form) for form in (squash(text), squash(spoken(text))) for m in self.marks)
