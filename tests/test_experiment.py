@@ -102,6 +102,12 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
         assert all(0 <= g["own_accuracy"] <= 1 for g in external if "own_accuracy" in g)
     final = json.loads((out / "swarm" / "seed-0" / "done.json").read_text())
     assert set(final["eval"]) == {"0", "1"} and 0 <= final["eval"]["0"]["eval_sampled_accuracy"] <= 1
+    # each held-out question's outcome, so a report can take its interval over questions too
+    for e in final["eval"].values():
+        rows = e["per_question"]
+        assert len(rows) == e["eval_questions"] == len({q for q, _, _ in rows})
+        assert sum(g for _, g, _ in rows) / len(rows) == pytest.approx(e["eval_accuracy"])
+        assert all(0 <= s <= 2 for _, _, s in rows)
     # each agent has its own identity and its own checkpoints, at round 2
     keys = {(out / "swarm" / "seed-0" / f"agent-{k}" / "node.key").read_bytes() for k in (0, 1)}
     assert len(keys) == 2

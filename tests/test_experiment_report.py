@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
 import pytest
 
 from engine.errors import SapoError
-from engine.lab.report import (curves, format_paired, format_table, group_mix, load_runs, only_model, paired, paired_interval,
+from engine.lab.report import (by_question, curves, format_paired, format_table, group_mix, load_runs, only_model, paired, paired_interval,
                                phase_bounds, phases,
                                report, t975, table)
 
@@ -229,3 +230,19 @@ def test_phases_show_an_early_gain_that_a_late_loss_cancels():
     assert "| alone |" in phases([r for r in records if r["config"] == "alone"])  # no baseline pairs: spans only
     unfinished = [r for r in records if r["config"] == "alone" or r["round"] <= 2]
     assert "| swarm | 1.00 / 1.00 | - |" in phases(unfinished, parts=2)  # a span it has not reached
+
+
+def test_the_interval_over_questions_averages_each_question_over_the_pairs():
+    # Three questions, two pairs. Swarm gains q1 in both pairs, loses q2 in one, ties q3 in both: per question
+    # +1, -0.5, 0 (mean +1/6, interval over 3 questions); pairs that list no questions are left out.
+    def ev(bits: dict[str, int]) -> dict:
+        return {"eval_accuracy": 0.5, "per_question": [[q, g, 0] for q, g in bits.items()]}
+
+    end = {(0, 0): ev({"q1": 1, "q2": 0, "q3": 1}), (0, 1): ev({"q1": 1, "q2": 1, "q3": 0}), (1, 0): {"eval_accuracy": 0.5}}
+    base = {(0, 0): ev({"q1": 0, "q2": 1, "q3": 1}), (0, 1): ev({"q1": 0, "q2": 1, "q3": 0}), (1, 0): ev({"q1": 0})}
+    iv = by_question(end, base, sorted(end))
+    assert iv is not None and iv.n == 3
+    assert iv.mean == pytest.approx((1 - 0.5 + 0) / 3)
+    half = 4.303 * statistics.stdev([1, -0.5, 0]) / math.sqrt(3)
+    assert iv.hi - iv.mean == pytest.approx(half)
+    assert by_question({(0, 0): {"eval_accuracy": 1.0}}, base, [(0, 0)]) is None  # older evaluations: no questions

@@ -385,7 +385,8 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig,
     os.replace(tmp, old)
 
 
-EVAL_KEYS = ("eval_accuracy", "eval_sampled_reward", "eval_sampled_accuracy", "eval_questions", "eval_s", "per_task")
+EVAL_KEYS = ("eval_accuracy", "eval_sampled_reward", "eval_sampled_accuracy", "eval_questions", "eval_s", "per_task",
+             "per_question")
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

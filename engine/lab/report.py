@@ -210,6 +210,28 @@ class Paired:
     sampled_diff: Interval | None
     middle_greedy_diff: Interval | None
     per_task: dict[str, Interval]  # end greedy minus the baseline's, per task
+    # End greedy minus the baseline's with the interval taken over held-out questions (each question's
+    # difference averaged over the pairs): every agent answers the same questions, so the interval over
+    # pairs says how sure the difference is on these questions, this one how sure it is on others like them.
+    greedy_diff_by_question: Interval | None = None
+
+
+def by_question(end: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]], keys: list[Any]) -> Interval | None:
+    """Per held-out question, the mean over pairs of (greedy correct - the baseline's); the interval over questions.
+
+    Only pairs whose evaluations both list their questions (``per_question``, engine/run/evaluate.py), and only
+    questions every one of those pairs answered."""
+    rows: list[dict[str, list[int]]] = []
+    for k in keys:
+        mine, theirs = end[k].get("per_question"), base[k].get("per_question")
+        if mine and theirs:
+            b = {q: g for q, g, _ in theirs}
+            rows.append({q: [g, b[q]] for q, g, _ in mine if q in b})
+    if not rows:
+        return None
+    common = set.intersection(*(set(r) for r in rows))
+    diffs = [statistics.fmean(r[q][0] - r[q][1] for r in rows) for q in sorted(common)]
+    return paired_interval(diffs)
 
 
 def _rounds(records: list[dict[str, Any]], config: str) -> set[tuple[int, int, int]]:
@@ -253,6 +275,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
             per_task={t: iv for t in tasks if (iv := paired_interval(
                 [end[k]["per_task"][t]["eval_accuracy"] - base_e[k]["per_task"][t]["eval_accuracy"]
                  for k in ek if t in end[k].get("per_task", {}) and t in base_e[k].get("per_task", {})]))},
+            greedy_diff_by_question=by_question(end, base_e, ek),
         ))
     return out
 
@@ -274,6 +297,12 @@ def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
              f"| {_iv(p.middle_greedy_diff)} | {_iv(p.greedy_diff)} | {_iv(p.sampled_diff)} |" for p in rows]
     tasks = sorted({t for p in rows for t in p.per_task})
     text = head + "\n".join(lines) + "\n"
+    by_q = [p for p in rows if p.greedy_diff_by_question is not None]
+    if by_q:
+        text += (f"\nHeld-out greedy at the end minus {baseline}, the interval over held-out questions (every agent "
+                 "answers the same ones; each question's difference is its mean over the pairs):\n\n"
+                 + "".join(f"- {p.config}: {p.greedy_diff_by_question.text()} over "
+                           f"{p.greedy_diff_by_question.n} questions\n" for p in by_q))
     if tasks:
         text += (f"\nHeld-out greedy at the end, per task, minus {baseline}:\n\n| configuration | "
                  + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n")

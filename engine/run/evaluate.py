@@ -17,7 +17,7 @@ import statistics
 from typing import Any, Callable
 
 from engine.sampling.rollout import SamplingParams
-from engine.tasks.questions import Question
+from engine.tasks.questions import Question, question_key
 
 SAMPLES_PER_QUESTION = 2
 
@@ -51,6 +51,11 @@ def summarize_eval(groups: list[Any]) -> dict[str, Any]:
                          "eval_sampled_reward": round(statistics.fmean(v["rew"]), 4),
                          "eval_sampled_accuracy": round(statistics.fmean(v["sacc"]), 4)}
                      for t, v in per_task.items()},
+        # Per question, in held-out order: [key, greedy correct (0/1), sampled answers correct]. Every node
+        # with the same mix has the same held-out questions, so an experiment's agents are not independent
+        # samples of questions; these let a report take its interval over questions as well as over agents.
+        "per_question": [[question_key(g.question), int(g.scores[0].correct), sum(int(sc.correct) for sc in g.scores[1:])]
+                         for g in groups],
     }
 
 
