@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import SapoError
 from engine.lab.report import (by_question, curves, format_paired, format_table, group_mix, load_runs, only_model, paired, paired_interval,
-                               phase_bounds, phases,
+                               phase_bounds, phases, task_course,
                                report, t975, table)
 
 
@@ -246,3 +246,14 @@ def test_the_interval_over_questions_averages_each_question_over_the_pairs():
     half = 4.303 * statistics.stdev([1, -0.5, 0]) / math.sqrt(3)
     assert iv.hi - iv.mean == pytest.approx(half)
     assert by_question({(0, 0): {"eval_accuracy": 1.0}}, base, [(0, 0)]) is None  # older evaluations: no questions
+
+
+def test_task_course_shows_start_middle_and_end_per_task():
+    def ev(a: float, b: float | None = None) -> dict:
+        return {"eval_accuracy": a, "per_task": {"a": {"eval_accuracy": a}} | ({"b": {"eval_accuracy": b}} if b is not None else {})}
+
+    evals = {("alone", 0): {"eval_start": {"0": ev(0.5, 0.2), "1": ev(0.7, 0.2)}, "eval_middle": {"0": ev(0.8), "1": ev(0.6)},
+                            "eval": {"0": ev(0.9, 0.4), "1": ev(0.7, 0.6)}}}
+    text = task_course(evals)
+    assert "| alone | 0.600 / 0.700 / 0.800 | 0.200 / - / 0.500 |" in text
+    assert task_course({}) == ""

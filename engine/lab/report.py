@@ -475,10 +475,31 @@ def only_model(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[
     return keep, out
 
 
+def task_course(evals: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """Per configuration and task, held-out greedy at the start, the middle and the end (mean over seeds and agents,
+    finished cells only): where a lead over the baseline appears and where it goes."""
+    configs = list(dict.fromkeys(c for c, _ in evals))
+    cols = (("eval_start", "start"), ("eval_middle", "middle"), ("eval", "end"))
+    tasks = sorted({t for data in evals.values() for e in data.get("eval", {}).values() for t in e.get("per_task", {})})
+    if not tasks:
+        return ""
+    lines = []
+    for config in configs:
+        cells = []
+        for t in tasks:
+            vals = [[e["per_task"][t]["eval_accuracy"] for e in agent_evals(evals, config, when).values()
+                     if t in e.get("per_task", {})] for when, _ in cols]
+            means = [statistics.fmean(v) if v else None for v in vals]
+            cells.append(" / ".join("-" if m is None else f"{m:.3f}" for m in means))
+        lines.append(f"| {config} | " + " | ".join(cells) + " |")
+    return ("\nHeld-out greedy per task, start / middle / end (mean over seeds and agents):\n\n| configuration | "
+            + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n" + "\n".join(lines) + "\n")
+
+
 def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
     records, evals = load_runs(dirs)
-    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + phases(records) + group_mix(records) \
-        + cost(records, evals)
+    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + task_course(evals) \
+        + phases(records) + group_mix(records) + cost(records, evals)
     models = sorted({r["model"] for r in records if r.get("model")})
     if len(models) > 1:  # a mixed swarm: each model's agents against their own alone
         for m in models:
