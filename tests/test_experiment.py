@@ -175,3 +175,20 @@ def test_cells_are_dealt_to_workers_seed_major():
                                       [("swarm", 0), ("alone", 1), ("swarm+useful", 1)]]
     assert [p.worker for p in two] == [0, 1]
     assert len(split(plan, 99)) == 6 and len(split(plan, 1)) == 1  # never more workers than cells
+
+
+def test_a_start_evaluation_of_another_held_out_set_is_refused(tmp_path: Path, model_cache: Path):
+    """Every configuration of a seed shares its start evaluations: a later run asking another held-out set (here
+    another --eval-per-task) into the same --out must not pair its ends with them."""
+    out = tmp_path / "run"
+    kept = out / "start" / "seed-0" / "agent-0.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({"eval_accuracy": 0.5, "eval_questions": 128, "round": 0}))
+    done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--configs", "alone",
+                           "--agents", "1", "--rounds", "1", "--completions", "2", "--max-tokens", "8",
+                           "--tasks", "basic_arithmetic", "--eval-per-task", "1", "--threads", "1", "--workers", "1"],
+                          capture_output=True, text=True, timeout=600, env=_env(model_cache))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "measured on 128 held-out questions, this run asks 1" in done.stderr
+    assert not (out / "alone" / "seed-0" / "records.jsonl").exists() or not read_records(
+        out / "alone" / "seed-0" / "records.jsonl")  # no round was run against the wrong start

@@ -406,7 +406,13 @@ def _held_out(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
 
             fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
-            return json.loads(path.read_text())
+            kept = json.loads(path.read_text())
+            # A start evaluation is shared by every configuration of the seed: one made on another held-out set
+            # (another --eval-per-task or task mix) would pair an end with the wrong start, silently.
+            if kept.get("eval_questions") != len(a.node.heldout):
+                raise SapoError(f"{path} was measured on {kept.get('eval_questions')} held-out questions, this run "
+                                f"asks {len(a.node.heldout)}; use another --out")
+            return kept
         return _evaluate(a, path, what, stream)
 
 
