@@ -144,6 +144,7 @@ class NodeConfig:
         source="one evaluation (64 questions, greedy + 2 samples) costs ~2-2.5 make-run rounds since training got "
                "faster: every 20 rounds keeps it near 10 % of a long run (docs/BENCHMARKS.md)")
     eval_per_task: int = setting(16, "held-out questions per task")
+    heldout_draw: int = setting(0, "which held-out set (0: every node's; experiments may draw another per seed)")
     # --- swarm ---
     relay: str | None = setting(None, "relay URL, ws://host:port or wss://host:port (unset: train alone); "
                                       "several replicas of one swarm comma-separated, tried in turn")
@@ -373,6 +374,7 @@ def validate(cfg: NodeConfig) -> None:
     need(bad_level is None, f"task levels must be >= 0, got {bad_level}")
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
+    need(cfg.heldout_draw >= 0, f"held-out draw must be >= 0, got {cfg.heldout_draw}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(swarm_name_problem(cfg.swarm) is None, swarm_name_problem(cfg.swarm) or "")
     for name, what in (("relay_ca_sha256", "a sha256"), ("manifest_digest", "a sha256"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,17 +179,30 @@ def test_cells_are_dealt_to_workers_seed_major():
 
 
 def test_a_start_evaluation_of_another_held_out_set_is_refused(tmp_path: Path, model_cache: Path):
-    """Every configuration of a seed shares its start evaluations: a later run asking another held-out set (here
-    another --eval-per-task) into the same --out must not pair its ends with them."""
+    """Every configuration of a seed shares its start evaluations: a later run asking another held-out set into the
+    same --out (another draw, or another --eval-per-task) must not pair its ends with them."""
+    from engine.tasks.questions import build_mix, heldout_set, question_key
+
     out = tmp_path / "run"
-    kept = out / "start" / "seed-0" / "agent-0.json"
-    kept.parent.mkdir(parents=True)
-    kept.write_text(json.dumps({"eval_accuracy": 0.5, "eval_questions": 128, "round": 0}))
-    done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--configs", "alone",
-                           "--agents", "1", "--rounds", "1", "--completions", "2", "--max-tokens", "8",
-                           "--tasks", "basic_arithmetic", "--eval-per-task", "1", "--threads", "1", "--workers", "1"],
-                          capture_output=True, text=True, timeout=600, env=_env(model_cache))
+
+    def experiment(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--configs", "alone",
+                               "--agents", "1", "--rounds", "1", "--completions", "2", "--max-tokens", "8",
+                               "--tasks", "basic_arithmetic", "--threads", "1", "--workers", "1", *extra],
+                              capture_output=True, text=True, timeout=900, env=_env(model_cache))
+
+    done = experiment("--eval-per-task", "2", "--heldout-per-seed")  # seed 0 evaluates on held-out set 1
+    assert done.returncode == 0, done.stderr[-2000:]
+    start = json.loads((out / "start" / "seed-0" / "agent-0.json").read_text())
+    mix = build_mix("easy", tasks=["basic_arithmetic"])
+    assert [q for q, _, _ in start["per_question"]] == [question_key(q) for q in heldout_set(mix, 2, 1)]
+    assert [q for q, _, _ in start["per_question"]] != [question_key(q) for q in heldout_set(mix, 2)]
+
+    shutil.rmtree(out / "alone")  # the cell again, on every node's held-out set: same count, other questions
+    done = experiment("--eval-per-task", "2")
+    assert done.returncode == 2 and "measured on other held-out questions" in done.stderr, done.stderr[-2000:]
+    shutil.rmtree(out / "alone")  # (the refused run's cell holds its settings: that alone would refuse the next)
+    done = experiment("--eval-per-task", "1", "--heldout-per-seed")
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "measured on 128 held-out questions, this run asks 1" in done.stderr
-    assert not (out / "alone" / "seed-0" / "records.jsonl").exists() or not read_records(
-        out / "alone" / "seed-0" / "records.jsonl")  # no round was run against the wrong start
+    assert "measured on 2 held-out questions, this run asks 1" in done.stderr
+    assert not read_records(out / "alone" / "seed-0" / "records.jsonl")  # no round run against the wrong start

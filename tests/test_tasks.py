@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import msgspec
 import pytest
 
@@ -66,6 +68,23 @@ def test_heldout_is_fixed_and_never_drawn_for_training():
     stream = QuestionStream(mix, "c" * 32, 0, held)
     drawn = {q.question for q in stream.draw(200)}
     assert drawn.isdisjoint(q.question for q in held)
+
+
+def test_another_heldout_draw_is_another_set_and_draw_0_is_every_nodes():
+    mix = build_mix("easy", tasks=["basic_arithmetic", "gcd"])
+    every = heldout_set(mix, 16)
+    # draw 0 is the set nodes have always used: its seed has no draw number in it
+    first = regenerate(TaskSpec("basic_arithmetic", mix[0].config, derive_seed("heldout", "basic_arithmetic",
+                                                                             json.dumps(mix[0].config, sort_keys=True)), 0))
+    assert every[0].question == first.question and heldout_set(mix, 16, 0) == every
+    one, two = heldout_set(mix, 16, 1), heldout_set(mix, 16, 2)
+    keys = [{question_key(q) for q in s} for s in (every, one, two)]
+    assert all(len(k) == 32 for k in keys)
+    assert len(keys[0] & keys[1]) < 16 and len(keys[1] & keys[2]) < 16  # mostly other questions (small spaces repeat)
+    assert [q.question for q in one] == [q.question for q in heldout_set(mix, 16, 1)]  # fixed, like draw 0
+    # and never drawn for training by a node that holds it out
+    drawn = QuestionStream(mix, "c" * 32, 0, one).draw(200)
+    assert {question_key(q) for q in drawn}.isdisjoint(keys[1])
 
 
 def test_heldout_has_no_two_alike_and_no_example_shows_one():

@@ -18,7 +18,9 @@ held-out set in every configuration, and draws the same first I own questions of
 the same order (alone's other J, and any refill, come from a second question stream:
 ``QuestionStream`` lanes), so a difference between configurations is the sharing, not the draw.
 Each agent is evaluated on the held-out set at the start (once per seed and agent: every
-configuration starts from the same weights), after the middle round and at the end.
+configuration starts from the same weights), after the middle round and at the end. Every node's
+held-out set is the same 128 questions; ``--heldout-per-seed`` gives seed s a set of its own
+(``heldout_draw`` s + 1), so that conclusions over seeds rest on more questions than one set's.
 
 Layout of ``--out DIR``::
 
@@ -192,6 +194,7 @@ class Plan:
     cells: list[tuple[str, int]] | None = None  # the (configuration, seed) cells this process runs; None: all
     models: list[str] | None = None  # agent k runs models[k % len(models)]; None: the settings' model
     worker: int = 0  # which of the parallel workers runs it (each has its own relay)
+    heldout_per_seed: bool = False  # seed s evaluates on held-out set s + 1 (``heldout_draw``), not every node's
 
     def all_cells(self) -> list[tuple[str, int]]:
         # Seed-major: a run stopped part-way has every configuration for the seeds it finished, so it compares.
@@ -335,7 +338,9 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
             agents = []
             for k in range(plan.agents):
                 model, backbone = models[k % len(models)], backbones[k % len(models)]
-                cfg = dataclasses.replace(model.cfg, **overrides, seed=seed, eval_every=0, relay=None, offline=True)
+                per_seed = {"heldout_draw": seed + 1} if plan.heldout_per_seed else {}
+                cfg = dataclasses.replace(model.cfg, **overrides, **per_seed, seed=seed, eval_every=0, relay=None,
+                                          offline=True)
                 if k == 0:
                     _write_meta(cell, config, seed, plan, cfg, [m.name for m in models])
                 data = cell / f"agent-{k}"
@@ -408,10 +413,14 @@ def _held_out(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
         if path.exists():
             kept = json.loads(path.read_text())
             # A start evaluation is shared by every configuration of the seed: one made on another held-out set
-            # (another --eval-per-task or task mix) would pair an end with the wrong start, silently.
+            # (another --eval-per-task, task mix or held-out draw) would pair an end with the wrong start, silently.
             if kept.get("eval_questions") != len(a.node.heldout):
                 raise SapoError(f"{path} was measured on {kept.get('eval_questions')} held-out questions, this run "
                                 f"asks {len(a.node.heldout)}; use another --out")
+            from engine.tasks.questions import question_key
+
+            if "per_question" in kept and [q for q, _, _ in kept["per_question"]] != [question_key(q) for q in a.node.heldout]:
+                raise SapoError(f"{path} was measured on other held-out questions than this run's; use another --out")
             return kept
         return _evaluate(a, path, what, stream)
 
@@ -503,6 +512,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int,
                    help="cells run at a time, each in its own process (default: one per physical core's worth of "
                         "--threads, which defaults to 1 here; at most one per cell)")
+    p.add_argument("--heldout-per-seed", action="store_true",
+                   help="each seed evaluates on a held-out set of its own (seed s: set s + 1), not every node's set: "
+                        "conclusions then rest on seeds x 128 questions")
     p.add_argument("--quick", action="store_true",
                    help="a few minutes: 2 agents, 5 rounds, alone vs swarm (I = J = 2), short answers")
 
@@ -536,7 +548,7 @@ def run(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     if models is not None and not models:
         raise SapoError("--models names no model")
-    plan = Plan(args.out, configs, seeds, agents, rounds, settings, models=models)
+    plan = Plan(args.out, configs, seeds, agents, rounds, settings, models=models, heldout_per_seed=args.heldout_per_seed)
     workers = args.workers or default_workers(len(plan.all_cells()), settings["threads"])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     prepare_models(plan)

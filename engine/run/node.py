@@ -150,7 +150,7 @@ class Node:
         """What follows from the mix: held-out set, question streams (their states go on: a question drawn
         before is never drawn again), prompts, sampling params. At start, and when a manifest is adopted."""
         cfg, old = self.cfg, getattr(self, "stream", None)
-        self.heldout = heldout_set(self.mix, cfg.eval_per_task)
+        self.heldout = heldout_set(self.mix, cfg.eval_per_task, cfg.heldout_draw)
         self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
         self.stream = QuestionStream(self.mix, self.node_id, cfg.seed, self.heldout,  # the first I draws of a round
                                      state=old.state if old is not None else None)

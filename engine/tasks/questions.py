@@ -233,12 +233,15 @@ def question_key(q: Question) -> str:
     return content_key(q.spec.dataset, q.entry)
 
 
-def heldout_set(mix: tuple[TaskEntry, ...], per_task: int) -> list[Question]:
-    """The fixed evaluation questions: the same on every node with the same mix, no two alike."""
+def heldout_set(mix: tuple[TaskEntry, ...], per_task: int, draw: int = 0) -> list[Question]:
+    """The fixed evaluation questions: the same on every node with the same mix (and ``draw``), no two alike.
+
+    ``draw`` 0 is every node's set. An experiment may give each seed another (``heldout_draw``), so that its
+    conclusions rest on more questions than one set's; like set 0, they are nobody's question stream."""
     out: list[Question] = []
     seen: set[str] = set()
     for entry in mix:
-        seed = derive_seed("heldout", entry.dataset, _config_key(entry.config))
+        seed = derive_seed("heldout", entry.dataset, _config_key(entry.config), *([draw] if draw else []))
         taken = 0
         for i in range(4 * per_task + 16):  # bounded: a tiny task space may not hold per_task distinct ones
             q = regenerate(_spec(entry, seed, i))
