@@ -7,7 +7,7 @@ import re
 
 from num2words import num2words
 
-from engine.tasks.leakage import LeakCheck, spoken, squash
+from engine.tasks.leakage import LeakCheck, _year, spoken, squash
 from engine.tasks.questions import build_mix, heldout_set
 
 HELD = heldout_set(build_mix("easy"), 16)
@@ -42,14 +42,30 @@ WORDS = {"*": "times", "+": "plus", "-": "minus", "/": "divided by"}
 def test_every_held_out_pair_spelled_out_in_words_is_caught():
     missed = []
     for h in HELD:
-        year = h.entry.get("metadata", {}).get("year")
-        if year is not None and year < 2000:
-            continue  # "one thousand, nine hundred and seventy": text2num reads "1000, 970" (docs/SECURITY.md)
         said = f"I work it out. Also: {say(h.question)} {say(h.answer)}. <answer>1</answer>"
         assert any(ch.isdigit() for ch in h.answer + h.question) and not re.search(r"\d", said.split("<answer>")[0])
         if not CHECK.leaks(said):
             missed.append(said)
     assert not missed, missed
+
+
+def test_a_held_out_year_said_as_people_say_it_is_caught():
+    years = [h for h in HELD if "year" in h.entry.get("metadata", {})]
+    assert any(h.entry["metadata"]["year"] < 2000 for h in years)
+    for h in years:
+        year = h.entry["metadata"]["year"]
+        for said in (num2words(year, to="year"), num2words(year)):  # "nineteen seventy", "one thousand, nine ..."
+            text = f"Is {said} a leap year? {h.answer}. <answer>1</answer>"
+            assert CHECK.leaks(text), text
+        assert not CHECK.leaks(f"Is {year + 1} a leap year? {h.answer}.") or (year + 1) in {
+            y.entry["metadata"]["year"] for y in years}
+
+
+def test_years_with_a_nought_read_every_way_they_are_said():
+    pattern = re.compile(_year(1905))
+    for said in ("nineteen oh-five", "nineteen oh five", "nineteen o five", "nineteen zero five", "1905"):
+        assert pattern.fullmatch(squash(spoken(said))), said
+    assert not pattern.fullmatch(squash(spoken("nineteen fifteen")))
 
 
 def test_spoken_reads_number_words_and_operators_as_symbols():

@@ -6,8 +6,9 @@ refuses an external group any completion of which states a held-out question (``
 question, e.g. an arithmetic expression or a leap-year question's year) together with its answer
 (``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only, as written and with
 numbers and operators spelled out in words read as symbols (``spoken``: "three times four is twelve" reads
-"3*4 is 12"; text2num parses the number words). A reworded question ("the product of three and four") is not
-caught; docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py).
+"3*4 is 12"; text2num parses the number words), and a leap year's year also as people say it ("nineteen
+seventy"). A reworded question ("the product of three and four") is not caught, nor a gcd's numbers in the
+other order; docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py) and the reasons.
 """
 
 from __future__ import annotations
@@ -33,24 +34,39 @@ def spoken(text: str) -> str:
     """Numbers and arithmetic operators written in words, as digits and symbols (casefolded):
     ``Eight times ten is eighty`` -> ``8 * 10 is 80``. Linear in the text (text2num is a Rust parser); the
     receiver checks completions already cut to its own ``max_tokens``."""
-    text = alpha2digit(str(text).casefold(), "en", threshold=0)  # threshold 0: "one" and "two" too
+    text = re.sub(r"\boh-", "oh ", str(text).casefold())  # "nineteen oh-five": text2num reads "19 oh 5"
+    text = alpha2digit(text, "en", threshold=0)  # threshold 0: "one" and "two" too
     for pattern, sym in _OPERATORS:
         text = pattern.sub(f" {sym} ", text)
     return text
 
 
+def _year(year: int) -> str:
+    """A year as digits, and as people say it once ``spoken`` has read it: "nineteen seventy" -> ``19 70``,
+    "nineteen oh five" -> ``19 oh 5``, "one thousand, nine hundred and seventy" -> ``1000,970`` (squashed)."""
+    century, rest = divmod(year, 100)
+    forms = [str(year)]
+    forms.append(f"{century} {rest}" if rest >= 10 else f"{century} (?:oh )?0?{rest}")
+    if year % 1000 >= 100:
+        forms.append(f"{year // 1000 * 1000},{year % 1000}")
+    return "(?:" + "|".join(forms) + ")"
+
+
 def _core(dataset: str, entry: dict[str, Any], question: str) -> str:
+    """A regular expression for what decides the question, over squashed text."""
     meta = entry.get("metadata", {}) if isinstance(entry, dict) else {}
     try:
         if dataset in ("basic_arithmetic", "chain_sum"):
-            return squash(meta["expression"])
+            return re.escape(squash(meta["expression"]))
         if dataset == "calendar_arithmetic" and meta.get("task") == "is_leap_year":
-            return str(meta["year"])
+            return _year(int(meta["year"]))
         if dataset == "gcd":
-            return ",".join(str(n) for n in meta["numbers"])
-    except (KeyError, TypeError):
+            # In the question's order only: with the easy preset's numbers (1-10) the reversed pair is another
+            # question a node may draw and train on honestly, and restates in its working (docs/SECURITY.md).
+            return re.escape(",".join(str(n) for n in meta["numbers"]))
+    except (KeyError, TypeError, ValueError):
         pass
-    return squash(question)
+    return re.escape(squash(question))
 
 
 def marks(q: Question) -> re.Pattern[str] | None:
@@ -64,7 +80,7 @@ def marks(q: Question) -> re.Pattern[str] | None:
     # An answer led by a sign: squashing joins it to what comes before ("6 - 9. -3" -> "6-9.-3", "is -3" ->
     # "is-3"), so only a digit before the sign makes it part of something else ("6-3" is not "-3").
     answer_l = edge_l if answer[0].isalnum() else r"(?<![0-9])"
-    a, c = answer_l + re.escape(answer) + edge_r, edge_l + re.escape(core) + edge_r
+    a, c = answer_l + re.escape(answer) + edge_r, edge_l + core + edge_r
     return re.compile(f"(?=.*{c})(?=.*{a})", re.DOTALL)
 
 
