@@ -257,3 +257,26 @@ def test_task_course_shows_start_middle_and_end_per_task():
     text = task_course(evals)
     assert "| alone | 0.600 / 0.700 / 0.800 | 0.200 / - / 0.500 |" in text
     assert task_course({}) == ""
+
+
+def test_a_report_on_some_seeds_paired_with_another_configuration(run: Path, tmp_path: Path):
+    # swarm+drop beats swarm by 0.1 a pair (agent) on seed 0; seed 1 is left out.
+    _cell(run, "swarm+drop", 0, {0: [0.5, 0.4], 1: [0.5, 0.4]}, trained=4, external=2, round_s=720.0)
+    text = report([run], tmp_path / "f.png", seeds={0}, against="swarm")
+    assert "| alone | 1 x 2 x 2 | 0.80 (0.80-0.80) |" in text  # seed 1 is not in the table
+    assert "Paired with swarm (same seed, same agent" in text
+    assert "| swarm+drop | 2 | +0.10 [+0.10, +0.10] | 1.12x |" in text  # 1.8 / 1.6
+    assert "| swarm+drop | 2 | +0.50 [+0.50, +0.50] | 2.25x |" in text  # and with alone: 1.8 / 0.8
+    with pytest.raises(SapoError, match=r"no records of seed 7 \(the runs have seeds 0, 1\)"):
+        report([run], tmp_path / "f.png", seeds={7})
+    with pytest.raises(SapoError, match=r"no configuration 'swarm\+top' to pair with \(the runs have alone, swarm, swarm\+drop\)"):
+        report([run], tmp_path / "f.png", against="swarm+top")
+
+
+def test_the_report_command_takes_seeds_and_a_pairing(run: Path, capsys):
+    from engine.commands.cli import main
+
+    assert main(["experiment", "report", str(run), "--plot", str(run / "f.png"), "--seeds", "0", "--against", "swarm"]) == 0
+    assert "Paired with swarm" in capsys.readouterr().out
+    assert main(["experiment", "report", str(run), "--seeds", "x"]) == 2
+    assert "expected comma-separated whole numbers, got 'x'" in capsys.readouterr().err

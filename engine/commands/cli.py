@@ -8,7 +8,7 @@
     sapo-engine verify [settings] GROUP.json
     sapo-engine baseline [--preset P] [--tasks a,b] [--weights F,..] [--prompts P,..] [--per-task N] [--json]
     sapo-engine experiment [--quick] --out DIR [--agents N] [--rounds R] [--seeds S,..] [--configs C,..] [settings]
-    sapo-engine experiment report RUN_DIR... [--plot FILE]
+    sapo-engine experiment report RUN_DIR... [--plot FILE] [--seeds S,..] [--against CONFIG]
 
 User errors print one line on stderr and exit 2; nothing else is printed as a traceback
 unless it is a bug.
@@ -38,6 +38,16 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _seed_list(text: str) -> set[int]:
+    try:
+        seeds = {int(s) for s in text.split(",") if s.strip()}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("expected at least one seed")
+    return seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dirs", type=Path, nargs="+", help="run directories (--out of experiment)")
     rep.add_argument("--plot", type=Path, help="where to write the plot (default RUN_DIR/reward.png)")
     rep.add_argument("--window", type=int, default=5, help="moving-average window in rounds")
+    rep.add_argument("--seeds", type=_seed_list, help="comma-separated seeds to report (default: all)")
+    rep.add_argument("--against", metavar="CONFIG",
+                     help="also pair every configuration with this one (e.g. a variant with swarm+useful+fill)")
     return p
 
 
@@ -199,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.experiment_command == "report":
                 from engine.lab.report import report
 
-                print(report(args.dirs, args.plot, args.window), end="")
+                print(report(args.dirs, args.plot, args.window, args.seeds, args.against), end="")
                 return 0
             from engine.lab.experiment import run as run_experiment
 

@@ -496,10 +496,30 @@ def task_course(evals: dict[tuple[str, int], dict[str, Any]]) -> str:
             + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n" + "\n".join(lines) + "\n")
 
 
-def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5) -> str:
+def only_seeds(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]], seeds: set[int]
+               ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """The records and evaluations of these seeds only (a report on a part of a run)."""
+    kept = [r for r in records if int(r["seed"]) in seeds]
+    if not kept:
+        have = ", ".join(str(s) for s in sorted({int(r["seed"]) for r in records}))
+        raise SapoError(f"no records of seed {', '.join(map(str, sorted(seeds)))} (the runs have seeds {have})")
+    return kept, {k: v for k, v in evals.items() if k[1] in seeds}
+
+
+def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, seeds: set[int] | None = None,
+           against: str | None = None) -> str:
+    """The whole report. ``seeds``: only these; ``against``: also pair every configuration with this one (e.g.
+    a variant with the node's default), beside the pairing with alone."""
     records, evals = load_runs(dirs)
-    text = format_table(table(records, evals)) + format_paired(paired(records, evals)) + task_course(evals) \
-        + phases(records) + group_mix(records) + cost(records, evals)
+    if seeds:
+        records, evals = only_seeds(records, evals, seeds)
+    if against is not None and against not in {r["config"] for r in records}:
+        have = ", ".join(dict.fromkeys(r["config"] for r in records))
+        raise SapoError(f"no configuration {against!r} to pair with (the runs have {have})")
+    text = format_table(table(records, evals)) + format_paired(paired(records, evals))
+    if against is not None and against != "alone":
+        text += format_paired(paired(records, evals, against), against) + phases(records, against)
+    text += task_course(evals) + phases(records) + group_mix(records) + cost(records, evals)
     models = sorted({r["model"] for r in records if r.get("model")})
     if len(models) > 1:  # a mixed swarm: each model's agents against their own alone
         for m in models:
