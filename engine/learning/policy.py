@@ -8,6 +8,11 @@ training and sampling on identical token sequences.
 
 Dequantizing takes seconds to minutes, so the result is cached in the data dir as
 safetensors (written atomically, keyed by the GGUF's identity) and later starts load that.
+That first load is what a new volunteer waits for (the wizard's speed test, the first start):
+transformers (5.x) parses the file's metadata twice (config, then weights; mostly the 49k-token
+vocabulary) and rebuilds gguf-py's tensor-name table once per module (397 times for SmolLM2).
+Both are pure, so ``_gguf_parsed_once`` makes each happen once for the load: 2-3x faster,
+the same weights bit for bit (tests/test_policy_load.py; docs/BENCHMARKS.md).
 
 bf16: only the frozen weights of the decoder layers' linear maps are stored in bf16 (once,
 at load), and only their matmuls run in bf16; activations, the residual stream, norms,
@@ -26,10 +31,13 @@ that uses it is refused.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -75,6 +83,29 @@ def _own_memory(model: torch.nn.Module) -> None:
             setattr(module, name, b.clone())
 
 
+@contextlib.contextmanager
+def _gguf_parsed_once() -> Iterator[None]:
+    """For the block: one ``gguf.GGUFReader`` per file and one tensor-name table per (arch, layers).
+    transformers imports both from ``gguf`` at each call, so replacing the module's names reaches it;
+    they are put back after, and nothing else in the process loads a GGUF in torch meanwhile."""
+    import gguf
+
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], object] = {}
+
+    def reader(path, mode="r"):  # type: ignore[no-untyped-def]
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+
+
 def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype = torch.float32,
               device: torch.device | str = "cpu") -> torch.nn.Module:
     """The dequantized base model (frozen) on ``device``, from the cache when there is one.
@@ -92,7 +123,7 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32, attn_implementation="sdpa")
     else:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _gguf_parsed_once():
                 warnings.simplefilter("ignore")
                 model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
                                                              dtype=torch.float32, attn_implementation="sdpa")
