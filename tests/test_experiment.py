@@ -28,8 +28,9 @@ TINY = ["--configs", "alone,swarm", "--agents", "2", "--rounds", "2", "--local",
 def test_config_names():
     paper = {"external_selection": "uniform", "fill_dead_slots": False, "external_negatives": "onpolicy",
              "importance_cap": 0.0, "share_logprobs": False, "frontier": False}
-    # a base name is the paper's way even though the node's defaults are now useful + fill
+    # a base name is the paper's way even though the node's defaults are now useful + fill + drop
     assert NodeConfig().external_selection == "useful" and NodeConfig().fill_dead_slots
+    assert NodeConfig().external_negatives == "drop"
     # alone keeps I and J: with no relay its node makes the J groups itself, from a second question stream
     assert config_overrides("alone", 4, 4) == {"local_groups": 4, "external_groups": 4, **paper}
     assert config_overrides("swarm", 4, 4) == {"local_groups": 4, "external_groups": 4, **paper}

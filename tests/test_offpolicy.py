@@ -122,7 +122,14 @@ def test_trainer_packs_weights_in_token_order():
     stub = SimpleNamespace(cfg=TrainConfig(external_negatives="drop", importance_cap=3.0))
     w = Trainer._weights(stub, [own, ext], lp, adv)
     assert w.tolist() == pytest.approx([2.0, 1.0, 1.0, 1.0, 0.0, 0.0])
-    assert Trainer._weights(SimpleNamespace(cfg=TrainConfig()), [own, ext], lp, adv) is None  # all ones: skipped
+    onpolicy = SimpleNamespace(cfg=TrainConfig(external_negatives="onpolicy"))
+    assert Trainer._weights(onpolicy, [own, ext], lp, adv) is None  # all ones: skipped
+    # The node's default drops peers' negatives, on the reference path (one sequence at a time) too
+    assert TrainConfig().external_negatives == "drop"
+    seqs = own.sequences() + ext.sequences()
+    assert [s.external for s in seqs] == [False, False, True, True]
+    w = Trainer._weights(SimpleNamespace(cfg=TrainConfig()), seqs, lp, adv)
+    assert w.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
 
 
 def test_build_groups_carries_behavior_logprobs_and_the_external_flag():

@@ -63,10 +63,10 @@ from engine.errors import SapoError
 
 # Held-out questions per task unless set: 4 easy tasks x 32 = 128, a standard error of ~0.04 per agent.
 EVAL_PER_TASK = 32
-QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill", "seeds": "0",
+QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill+drop", "seeds": "0",
          "settings": {"local_groups": 2, "external_groups": 2, "completions": 4, "max_tokens": 48,
                       "eval_per_task": 4}}
-DEFAULT_CONFIGS = "alone,alone+fill,swarm,swarm+useful+fill"
+DEFAULT_CONFIGS = "alone,swarm,swarm+useful+fill+drop"  # alone, the paper's way, the node's default
 # A base name means the paper's way whatever the node's defaults are; modifiers change it.
 PAPER: dict[str, Any] = {"external_selection": "uniform", "fill_dead_slots": False,
                          "external_negatives": "onpolicy", "importance_cap": 0.0, "share_logprobs": False, "frontier": False}

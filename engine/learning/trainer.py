@@ -372,7 +372,7 @@ class Trainer:
             comps = [(c, (g.behavior or [None] * len(g.completions))[j], g.external)
                      for g in groups for j, c in enumerate(g.completions)]
         else:  # the reference path has lost group membership: no behavior log-probs there
-            comps = [(s.completion_ids, None, False) for s in batch if isinstance(s, TrainSequence)]
+            comps = [(s.completion_ids, None, s.external) for s in batch if isinstance(s, TrainSequence)]
         nan = float("nan")
         behavior = torch.tensor([x for c, b, _ in comps for x in (b if b is not None else [nan] * len(c))])
         external = torch.tensor([e for c, _, e in comps for _ in c], dtype=torch.bool)

@@ -45,6 +45,7 @@ class TrainSequence:
     prompt_ids: list[int]
     completion_ids: list[int]
     advantage: float
+    external: bool = False  # sampled by another node (its negatives follow ``external_negatives``)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class TrainGroup:
             raise ValueError(f"{len(self.completions)} completions but {len(self.behavior)} behavior log-prob lists")
 
     def sequences(self) -> list[TrainSequence]:
-        return [TrainSequence(self.prompt_ids, c, a) for c, a in zip(self.completions, self.advantages)]
+        return [TrainSequence(self.prompt_ids, c, a, self.external) for c, a in zip(self.completions, self.advantages)]
 
 
 def summarize(groups: list[ScoredGroup]) -> dict[str, float]:
