@@ -24,10 +24,11 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 - all scoring, own and external, runs in sandbox worker processes (engine/sandbox/workers.py).
 - one policy update per round with ratio 1 (``iterations`` = 1): the clip only acts with more.
 - the budget I + J is kept when the swarm gives fewer than J groups (more own questions).
-- options measured in docs/RESULTS.md (off by default unless the data say otherwise): which
-  external groups to train on (engine/sharing/selection.py), refilling slots of own groups without spread
-  (``fill_dead_slots``), weights for off-policy tokens (engine/learning/offpolicy.py), and task levels
-  that follow the own success rate (``frontier``, engine/tasks/frontier.py).
+- options measured in docs/RESULTS.md, on by default where the data say so: which external groups to
+  train on (engine/sharing/selection.py; ``useful``, on), refilling slots of own groups without spread
+  (``fill_dead_slots``, on), weights for off-policy tokens (engine/learning/offpolicy.py; peers'
+  below-average answers weighted 0, ``external_negatives = "drop"``, on; the paper trains them), and task
+  levels that follow the own success rate (``frontier``, off).
 """
 
 from __future__ import annotations
