@@ -248,6 +248,19 @@ def test_the_interval_over_questions_averages_each_question_over_the_pairs():
     assert by_question({(0, 0): {"eval_accuracy": 1.0}}, base, [(0, 0)]) is None  # older evaluations: no questions
 
 
+def test_with_a_held_out_set_per_seed_every_seeds_questions_count():
+    # Seed 0 answers a1, a2; seed 1 answers b1, b2 (--heldout-per-seed): no question is common to all pairs,
+    # and the interval is over the four, each averaged over its own seed's pairs.
+    def ev(bits: dict[str, int]) -> dict:
+        return {"eval_accuracy": 0.5, "per_question": [[q, g, 0] for q, g in bits.items()]}
+
+    end = {(0, 0): ev({"a1": 1, "a2": 1}), (0, 1): ev({"a1": 1, "a2": 0}), (1, 0): ev({"b1": 1, "b2": 0})}
+    base = {(0, 0): ev({"a1": 0, "a2": 1}), (0, 1): ev({"a1": 0, "a2": 1}), (1, 0): ev({"b1": 0, "b2": 0})}
+    iv = by_question(end, base, sorted(end))
+    assert iv is not None and iv.n == 4
+    assert iv.mean == pytest.approx((1 - 0.5 + 1 + 0) / 4)
+
+
 def test_task_course_shows_start_middle_and_end_per_task():
     def ev(a: float, b: float | None = None) -> dict:
         return {"eval_accuracy": a, "per_task": {"a": {"eval_accuracy": a}} | ({"b": {"eval_accuracy": b}} if b is not None else {})}

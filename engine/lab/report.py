@@ -217,21 +217,23 @@ class Paired:
 
 
 def by_question(end: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]], keys: list[Any]) -> Interval | None:
-    """Per held-out question, the mean over pairs of (greedy correct - the baseline's); the interval over questions.
+    """Per held-out question, the mean over the pairs that answered it of (greedy correct - the baseline's); the
+    interval over questions.
 
-    Only pairs whose evaluations both list their questions (``per_question``, engine/run/evaluate.py), and only
-    questions every one of those pairs answered."""
-    rows: list[dict[str, list[int]]] = []
+    Only pairs whose evaluations both list their questions (``per_question``, engine/run/evaluate.py). With one
+    held-out set every pair answers every question; with a set per seed (``--heldout-per-seed``) each question
+    is averaged over its seed's pairs, and the interval is over all the seeds' questions."""
+    per_q: dict[Any, list[int]] = defaultdict(list)
     for k in keys:
         mine, theirs = end[k].get("per_question"), base[k].get("per_question")
         if mine and theirs:
             b = {q: g for q, g, _ in theirs}
-            rows.append({q: [g, b[q]] for q, g, _ in mine if q in b})
-    if not rows:
+            for q, g, _ in mine:
+                if q in b:
+                    per_q[q].append(g - b[q])
+    if not per_q:
         return None
-    common = set.intersection(*(set(r) for r in rows))
-    diffs = [statistics.fmean(r[q][0] - r[q][1] for r in rows) for q in sorted(common)]
-    return paired_interval(diffs)
+    return paired_interval([statistics.fmean(per_q[q]) for q in sorted(per_q)])
 
 
 def _rounds(records: list[dict[str, Any]], config: str) -> set[tuple[int, int, int]]:
