@@ -207,3 +207,21 @@ def test_a_start_evaluation_of_another_held_out_set_is_refused(tmp_path: Path, m
     assert done.returncode == 2, done.stderr[-2000:]
     assert "measured on 2 held-out questions, this run asks 1" in done.stderr
     assert not read_records(out / "alone" / "seed-0" / "records.jsonl")  # no round run against the wrong start
+
+
+def test_a_start_evaluation_another_worker_holds_is_skipped_then_read(tmp_path: Path):
+    """Two workers share a seed's start evaluations: while one measures agent k (holding its lock), the other
+    moves on (None at once) instead of waiting, and reads agent k's result once it is written."""
+    import fcntl
+    from types import SimpleNamespace
+
+    from engine.lab.experiment import _held_out
+
+    path = tmp_path / "start" / "agent-0.json"
+    path.parent.mkdir(parents=True)
+    agent = SimpleNamespace(node=SimpleNamespace(heldout=[object()] * 4))
+    with open(path.with_suffix(".lock"), "w") as other:  # the other worker, measuring
+        fcntl.flock(other, fcntl.LOCK_EX)
+        assert _held_out(agent, path, "at the start", None, wait=False) is None
+        path.write_text(json.dumps({"eval_accuracy": 0.5, "eval_questions": 4}))
+    assert _held_out(agent, path, "at the start", None, wait=False) == {"eval_accuracy": 0.5, "eval_questions": 4}

@@ -401,15 +401,19 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _held_out(a: Agent, path: Path, what: str, stream: Any) -> dict[str, Any]:
+def _held_out(a: Agent, path: Path, what: str, stream: Any, wait: bool = True) -> dict[str, Any] | None:
     """Agent a's held-out results, kept in ``path``: measured once, read back on a resume. Locked,
-    because the cells of one seed, in parallel workers, share their start evaluations."""
+    because the cells of one seed, in parallel workers, share their start evaluations; ``wait`` False:
+    None at once while another worker measures it (so this one measures another agent meanwhile)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         if sys.platform != "win32":  # on Windows two workers may both measure it: the same result, twice the time
             import fcntl
 
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None
         if path.exists():
             kept = json.loads(path.read_text())
             # A start evaluation is shared by every configuration of the seed: one made on another held-out set
@@ -462,9 +466,13 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
     os.replace(tmp, path)
     progress.skip(sum(min(rounds, n) for n in done.values()))
     middle = middle_round(rounds)
-    for a in agents:  # before any training: the same weights in every configuration of this seed
-        if a.node.round == 0:
-            _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream)
+    # Before any training: the same weights in every configuration of this seed. Agents another worker is
+    # measuring are skipped first and waited for after, so two workers share a seed's start evaluations.
+    fresh = [a for a in agents if a.node.round == 0]
+    busy = [a for a in fresh if _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream,
+                                          wait=False) is None]
+    for a in busy:
+        _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream)
     with open(path, "a") as fh:
         for rnd in range(min(done.values()) + 1, rounds + 1):
             for a in agents:
