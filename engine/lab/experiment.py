@@ -468,11 +468,11 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
     middle = middle_round(rounds)
     # Before any training: the same weights in every configuration of this seed. Agents another worker is
     # measuring are skipped first and waited for after, so two workers share a seed's start evaluations.
-    fresh = [a for a in agents if a.node.round == 0]
-    busy = [a for a in fresh if _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream,
-                                          wait=False) is None]
-    for a in busy:
-        _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream)
+    def start(a: Agent, wait: bool) -> dict[str, Any] | None:
+        return _held_out(a, start_dir / f"agent-{a.index}.json", "at the start", progress.stream, wait)
+
+    for a in [a for a in agents if a.node.round == 0 and start(a, wait=False) is None]:
+        start(a, wait=True)
     with open(path, "a") as fh:
         for rnd in range(min(done.values()) + 1, rounds + 1):
             for a in agents:
