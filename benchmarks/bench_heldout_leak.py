@@ -9,6 +9,11 @@ in four wordings (the question's own text, its bare expression/numbers, spelled 
 its numbers and operators in words): how many does the rule catch?
 
     python benchmarks/bench_heldout_leak.py [--per-task 16] [--completions 4] [--threads 2]
+    python benchmarks/bench_heldout_leak.py --cost [--per-task 32]   # the check's cost, adversarial input, no model
+
+``--cost``: the whole check (every reading of the text, every held-out mark) of one completion of
+``COST_CHARS`` characters built by repeating a fragment chosen to make the readings work hardest (number words,
+digit runs, year forms, operators); fastest of 3 and the slowest input are printed.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ OPERATORS = {"*": "times", "+": "plus", "-": "minus", "/": "divided by"}
 
 
 def spelled(text: str) -> str:
-    """Digit by digit: ``8 * 10`` -> ``eight * one zero``."""
-    return " ".join(WORDS[int(ch)] if ch.isdigit() else ch for ch in text)
+    """Digit by digit: ``8 * 10`` -> ``eight * one zero`` (each number's digits as words, the rest as written;
+    before 2026-12-03 every character was set apart, letters too, which no question's text survives)."""
+    return re.sub(r"\d+", lambda m: " ".join(WORDS[int(ch)] for ch in m.group()), text)
 
 
 def in_words(text: str) -> str:
@@ -45,12 +51,40 @@ def in_words(text: str) -> str:
     return re.sub(r"\s([*+/-])\s", lambda m: f" {OPERATORS[m.group(1)]} ", text)
 
 
+COST_CHARS = 16_000
+COST_INPUTS = ["one ", "one-", "1 ", "seven zero ", "nineteen oh-", "19 oh ", "19 7", "1000,9",
+               "one thousand, nine hundred and ", "minus ", "8 * 10 ", "nine hundred ninety nine thousand ",
+               "eight * one zero is eight zero. "]
+
+
+def cost(per_task: int) -> None:
+    import time
+
+    held = heldout_set(build_mix("easy"), per_task)
+    check = LeakCheck(held)
+    print(f"the check of one {COST_CHARS:,}-character completion against {len(held)} held-out questions (fastest of 3):")
+    worst = ("", 0.0)
+    for frag in COST_INPUTS:
+        text = (frag * (COST_CHARS // len(frag) + 1))[:COST_CHARS]
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            check.leaks(text)
+            best = min(best, time.perf_counter() - t0)
+        print(f"  {frag!r:40s} {best:.3f} s")
+        worst = max(worst, (frag, best), key=lambda w: w[1])
+    print(f"slowest: {worst[0]!r}, {worst[1]:.3f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--cost", action="store_true", help="time the check on adversarial input (no model)")
     ap.add_argument("--per-task", type=int, default=16)
     ap.add_argument("--completions", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    if args.cost:
+        return cost(args.per_task * 2)  # the per-seed held-out sets of an experiment are 128 questions
     cache = Path(os.environ.get("SAPO_CACHE_DIR", tempfile.mkdtemp()))
     mix = build_mix("easy")
     held = heldout_set(mix, args.per_task)

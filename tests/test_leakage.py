@@ -7,7 +7,7 @@ import re
 
 from num2words import num2words
 
-from engine.tasks.leakage import LeakCheck, _year, spoken, squash
+from engine.tasks.leakage import LeakCheck, _year, digits_joined, spoken, squash
 from engine.tasks.questions import build_mix, heldout_set
 
 HELD = heldout_set(build_mix("easy"), 16)
@@ -47,6 +47,31 @@ def test_every_held_out_pair_spelled_out_in_words_is_caught():
         if not CHECK.leaks(said):
             missed.append(said)
     assert not missed, missed
+
+
+DIGITS = "zero one two three four five six seven eight nine".split()
+
+
+def digit_by_digit(text: str) -> str:
+    """Every digit of ``text`` as its word, one by one: ``8 * 10`` -> ``eight * one zero``."""
+    return re.sub(r"\d+", lambda m: " ".join(DIGITS[int(ch)] for ch in m.group()), text)
+
+
+def test_every_held_out_pair_spelled_digit_by_digit_is_caught():
+    missed = []
+    for h in HELD:
+        said = f"I work it out. Also: {digit_by_digit(h.question)} {digit_by_digit(h.answer)}. <answer>1</answer>"
+        assert not re.search(r"\d", said.split("<answer>")[0])
+        if not CHECK.leaks(said):
+            missed.append(said)
+    assert not missed, missed
+
+
+def test_digit_runs_join_only_single_digits_one_space_apart():
+    assert squash(digits_joined("Eight * one zero is eight zero.")) == "8*10 is 80."
+    assert squash(digits_joined("Is seven zero zero a leap year? 1 9 7 0.")) == "is 700 a leap year?1970."
+    assert digits_joined("12 3, 1.5 2 and 4  5") == "12 3, 1.5 2 and 4  5"
+    assert squash(digits_joined("twenty one, one hundred")) == "21,100"  # number words that are not digits: as spoken
 
 
 def test_a_held_out_year_said_as_people_say_it_is_caught():

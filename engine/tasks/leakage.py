@@ -7,7 +7,7 @@ question, e.g. an arithmetic expression or a leap-year question's year) together
 (``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only, as written and with
 numbers and operators spelled out in words read as symbols (``spoken``: "three times four is twelve" reads
 "3*4 is 12"; text2num parses the number words), and a leap year's year also as people say it ("nineteen
-seventy"). A reworded question ("the product of three and four") is not caught, nor a gcd's numbers in the
+seventy"), and numbers said digit by digit joined ("one zero" -> ``10``). A reworded question ("the product of three and four") is not caught, nor a gcd's numbers in the
 other order; docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py) and the reasons.
 """
 
@@ -39,6 +39,20 @@ def spoken(text: str) -> str:
     for pattern, sym in _OPERATORS:
         text = pattern.sub(f" {sym} ", text)
     return text
+
+
+_DIGIT_WORDS = "zero one two three four five six seven eight nine".split()
+_DIGIT_WORD_RUN = re.compile(rf"\b(?:{'|'.join(_DIGIT_WORDS)})(?:[ -]+(?:{'|'.join(_DIGIT_WORDS)})\b)+")
+_DIGIT_RUN = re.compile(r"(?<![\d.])(?<!\d\.)\d(?: \d)+(?!\d|\.\d)")
+
+
+def digits_joined(text: str) -> str:
+    """Numbers said digit by digit, joined, then read as ``spoken`` reads: "eight * one zero" -> ``8 * 10``,
+    "seven zero zero" -> ``700``, ``1 9 7 0`` -> ``1970``. Only runs of single digits (words, or digits one
+    space apart): ``12 3`` and ``1.5 2`` stay as written. An extra reading of a completion, beside ``spoken``."""
+    text = _DIGIT_WORD_RUN.sub(lambda m: "".join(str(_DIGIT_WORDS.index(w)) for w in re.split(r"[ -]+", m.group())),
+                               str(text).casefold())
+    return _DIGIT_RUN.sub(lambda m: m.group().replace(" ", ""), spoken(text))
 
 
 def _year(year: int) -> str:
@@ -93,4 +107,5 @@ class LeakCheck:
     def leaks(self, text: str) -> bool:
         if not self.marks:
             return False
-        return any(m.match(form) for form in (squash(text), squash(spoken(text))) for m in self.marks)
+        forms = (squash(text), squash(spoken(text)), squash(digits_joined(text)))
+        return any(m.match(form) for form in forms for m in self.marks)
