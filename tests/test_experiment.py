@@ -225,3 +225,17 @@ def test_a_start_evaluation_another_worker_holds_is_skipped_then_read(tmp_path: 
         assert _held_out(agent, path, "at the start", None, wait=False) is None
         path.write_text(json.dumps({"eval_accuracy": 0.5, "eval_questions": 4}))
     assert _held_out(agent, path, "at the start", None, wait=False) == {"eval_accuracy": 0.5, "eval_questions": 4}
+
+
+def test_a_record_after_the_records_file_was_replaced_lands_in_the_new_file(tmp_path: Path):
+    """A git stash or checkout replaces the file under a running experiment: the next round's line must
+    land in the file at that path, not in the old one a held handle would still write to."""
+    from engine.lab.experiment import append_record, read_records
+
+    path = tmp_path / "records.jsonl"
+    append_record(path, {"round": 1})
+    replacement = tmp_path / "replacement"
+    replacement.write_text(path.read_text())
+    os.replace(replacement, path)  # as git writes a file: a new inode under the same name
+    append_record(path, {"round": 2})
+    assert read_records(path) == [{"round": 1}, {"round": 2}]

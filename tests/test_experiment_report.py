@@ -293,3 +293,21 @@ def test_the_report_command_takes_seeds_and_a_pairing(run: Path, capsys):
     assert "Paired with swarm" in capsys.readouterr().out
     assert main(["experiment", "report", str(run), "--seeds", "x"]) == 2
     assert "expected comma-separated whole numbers, got 'x'" in capsys.readouterr().err
+
+
+def test_rounds_recovered_from_checkpoints_count_in_rewards_but_not_in_counts_or_hours(tmp_path: Path):
+    """A record recovered from a checkpoint's history carries the reward only: totals use it, the groups
+    trained, reward per hour and cost leave it out instead of reading its missing counts as zeros."""
+    _cell(tmp_path, "alone", 0, {0: [0.2, 0.4]}, trained=3, round_s=360.0)
+    path = tmp_path / "alone" / "seed-0" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.startswith('{"type"')]
+    lines[1] = {k: lines[1][k] for k in ("type", "config", "seed", "agent", "round", "reward_mean")} | {"recovered": True}
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    records, evals = load_runs([tmp_path])
+    (row,) = table(records, evals)
+    assert row.total == pytest.approx(0.6)  # both rounds' rewards
+    assert row.trained_per_round == 3  # the recovered round's missing count is not a 0
+    assert row.reward_per_hour == pytest.approx(0.2 / 0.1)  # the timed round's reward over its own hour
+    from engine.lab.report import cost
+    assert "2 agent-rounds (1 recovered from checkpoints, untimed" in cost(records, evals)
+    assert "360.0 s per agent-round" in cost(records, evals)

@@ -127,6 +127,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """One line added to a records file, opened for it: a file replaced under a running experiment (a git
+    checkout or stash, a sync tool) gets the next line, where a handle held open would write to the old one."""
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
 def keep_records(records: list[dict[str, Any]], rounds_done: dict[int, int]) -> list[dict[str, Any]]:
     """Round records up to each agent's checkpointed round (later ones are rerun on resume), each once."""
     seen: set[tuple[int, int]] = set()
@@ -473,24 +480,22 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
 
     for a in [a for a in agents if a.node.round == 0 and start(a, wait=False) is None]:
         start(a, wait=True)
-    with open(path, "a") as fh:
-        for rnd in range(min(done.values()) + 1, rounds + 1):
-            for a in agents:
-                if a.node.round >= rnd:
-                    continue
-                if middle is not None and a.node.round == middle:  # also after a kill right after that round
-                    _held_out(a, cell / "evals" / f"agent-{a.index}-round-{middle}.json", "in the middle",
-                              progress.stream)
-                a.activate()
-                try:
-                    m = a.node.run_round()
-                finally:
-                    a.deactivate()
-                fh.write(json.dumps(round_record(config, seed, a.index, m, a.model)) + "\n")
-                fh.flush()
-                progress.tick(m["round_s"], f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
-                                            f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
-                                            f"({m.get('external_groups', 0)} external), {m['round_s']:.0f}s")
+    for rnd in range(min(done.values()) + 1, rounds + 1):
+        for a in agents:
+            if a.node.round >= rnd:
+                continue
+            if middle is not None and a.node.round == middle:  # also after a kill right after that round
+                _held_out(a, cell / "evals" / f"agent-{a.index}-round-{middle}.json", "in the middle",
+                          progress.stream)
+            a.activate()
+            try:
+                m = a.node.run_round()
+            finally:
+                a.deactivate()
+            append_record(path, round_record(config, seed, a.index, m, a.model))
+            progress.tick(m["round_s"], f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
+                                        f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
+                                        f"({m.get('external_groups', 0)} external), {m['round_s']:.0f}s")
     evals: dict[str, dict[str, Any]] = {"eval": {}, "eval_start": {}, "eval_middle": {}}
     for a in agents:
         k = str(a.index)

@@ -124,7 +124,8 @@ def table(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, 
         ts = [totals[(config, s)] for s in cells]
         rs = [r for s in cells for r in by_cell[(config, s)]]
         paired = [totals[(config, s)] / totals[(base, s)] for s in cells if totals.get((base, s))]
-        hours = sum(r.get("round_s", 0.0) for r in rs) / 3600
+        full = _detailed(rs)
+        hours = sum(r.get("round_s", 0.0) for r in full) / 3600
         ev = [a for s in cells if (config, s) in evals for a in evals[(config, s)]["eval"].values()]
         total = _mean(ts)
         rows.append(Row(
@@ -132,10 +133,10 @@ def table(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, 
             rounds=max(r["round"] for r in rs), total=total, total_min=min(ts), total_max=max(ts),
             ratio=total / base_mean if base_mean else None,
             ratio_min=min(paired) if paired else None, ratio_max=max(paired) if paired else None,
-            trained_per_round=_mean([r.get("groups_trained", 0) for r in rs]),
-            external_per_round=_mean([r.get("external_groups", 0) for r in rs]),
+            trained_per_round=_mean([r.get("groups_trained", 0) for r in full]),
+            external_per_round=_mean([r.get("external_groups", 0) for r in full]),
             reward_per_round=_mean([r["reward_mean"] for r in rs]),
-            reward_per_hour=sum(r["reward_mean"] for r in rs) / hours if hours > 0 else None,
+            reward_per_hour=sum(r["reward_mean"] for r in full) / hours if hours > 0 else None,
             eval_greedy=_mean([a["eval_accuracy"] for a in ev]) if ev else None,
             eval_sampled=_mean([a["eval_sampled_accuracy"] for a in ev]) if ev else None,
             complete=all((config, s) in evals for s in cells),
@@ -175,6 +176,12 @@ def agent_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]
         if r["config"] == config:
             out[(int(r["seed"]), int(r["agent"]))] += r["reward_mean"]
     return dict(out)
+
+
+def _detailed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round records with the round's details. A record recovered from a checkpoint's history (its line lost
+    after a kill) carries the round's reward, accuracy and format only: counts and times leave it out."""
+    return [r for r in records if not r.get("recovered")]
 
 
 def agent_paired_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]:
@@ -326,7 +333,7 @@ def group_mix(records: list[dict[str, Any]]) -> str:
     lines = []
     for config in configs:
         rs = [r for r in records if r["config"] == config]
-        own_spread = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in rs])
+        own_spread = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in _detailed(rs)])
         summaries = [g for r in rs for g in r.get("group_summaries", [])]
         own = [g for g in summaries if g["source"] == "own" and g["spread"]]
         ext = [g for g in summaries if g["source"] != "own"]
@@ -410,20 +417,24 @@ def phases(records: list[dict[str, Any]], baseline: str = "alone", parts: int = 
             if not rs:
                 cells.append("-")
                 continue
-            own = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in rs])
+            full = _detailed(rs)
+            own = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in full]) if full else None
             fmt = [r["format_rate"] for r in rs if r.get("format_rate") is not None]
-            cells.append(f"{own:.2f} / {_mean(fmt):.2f}" if fmt else f"{own:.2f} / -")
+            cells.append(("-" if own is None else f"{own:.2f}") + (f" / {_mean(fmt):.2f}" if fmt else " / -"))
         text += f"| {config} | " + " | ".join(cells) + " |\n"
     return text
 
 
 def cost(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]]) -> str:
     """What the runs cost: agent-rounds and compute hours (rounds; held-out evaluations apart)."""
-    round_h = sum(r.get("round_s", 0.0) for r in records) / 3600
+    full = _detailed(records)
+    round_h = sum(r.get("round_s", 0.0) for r in full) / 3600
     eval_h = sum(e.get("eval_s", 0.0) for data in evals.values() for when in ("eval", "eval_middle")
                  for e in data.get(when, {}).values()) / 3600
-    per = f", {round_h * 3600 / len(records):.1f} s per agent-round" if records else ""
-    return (f"\ncost: {len(records)} agent-rounds, {round_h:.2f} h of rounds{per}; "
+    per = f", {round_h * 3600 / len(full):.1f} s per agent-round" if full else ""
+    lost = len(records) - len(full)
+    timed = f" ({lost} recovered from checkpoints, untimed: the hours are the other {len(full)}'s)" if lost else ""
+    return (f"\ncost: {len(records)} agent-rounds{timed}, {round_h:.2f} h of rounds{per}; "
             f"{eval_h:.2f} h of held-out evaluation (start evaluations, shared by configurations, not counted)\n")
 
 
