@@ -6,9 +6,10 @@ refuses an external group any completion of which states a held-out question (``
 question, e.g. an arithmetic expression or a leap-year question's year) together with its answer
 (``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only, as written and with
 numbers and operators spelled out in words read as symbols (``spoken``: "three times four is twelve" reads
-"3*4 is 12"; text2num parses the number words), and a leap year's year also as people say it ("nineteen
-seventy"), and numbers said digit by digit joined ("one zero" -> ``10``). A reworded question ("the product of three and four") is not caught, nor a gcd's numbers in the
-other order; docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py) and the reasons.
+"3*4 is 12"; text2num parses the number words), a leap year's year also as people say it ("nineteen
+seventy"), and numbers said digit by digit, joined (``digits_joined``: "one zero" reads ``10``). A reworded
+question ("the product of three and four") is not caught, nor a gcd's numbers in the other order;
+docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py) and the reasons.
 """
 
 from __future__ import annotations
