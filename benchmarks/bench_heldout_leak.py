@@ -45,6 +45,16 @@ def spelled(text: str) -> str:
     return re.sub(r"\d+", lambda m: " ".join(WORDS[int(ch)] for ch in m.group()), text)
 
 
+PHRASES = {"*": "the product of {a} and {b}", "+": "the sum of {a} and {b}", "-": "the difference between {a} and {b}",
+           "/": "the quotient of {a} and {b}"}
+
+
+def phrase(h) -> str:
+    """A two-number expression reworded as a phrase; other questions as their own text."""
+    m = re.fullmatch(r"(-?\d+) ([*+/-]) (-?\d+)", h.entry.get("metadata", {}).get("expression", ""))
+    return PHRASES[m.group(2)].format(a=m.group(1), b=m.group(3)) if m else h.question
+
+
 def in_words(text: str) -> str:
     """As a person writes it: ``8 * 10`` -> ``eight times ten`` (num2words)."""
     text = re.sub(r"(?<![\w.])-?\d+", lambda m: num2words(int(m.group())), text)
@@ -54,7 +64,8 @@ def in_words(text: str) -> str:
 COST_CHARS = 16_000
 COST_INPUTS = ["one ", "one-", "1 ", "seven zero ", "nineteen oh-", "19 oh ", "19 7", "1000,9",
                "one thousand, nine hundred and ", "minus ", "8 * 10 ", "nine hundred ninety nine thousand ",
-               "eight * one zero is eight zero. "]
+               "eight * one zero is eight zero. ", "the product of 8 and ", "subtract 2 from ", "8 less 2 less ",
+               "the sum of the sum of "]
 
 
 def cost(per_task: int) -> None:
@@ -121,6 +132,8 @@ def main() -> None:
                           f" -> {h.answer})",
         "spelled out digit by digit": lambda h: f" Also: {spelled(h.question)} {spelled(h.answer)}.",
         "numbers and operators in words": lambda h: f" Also: {in_words(h.question)} {in_words(h.answer)}.",
+        "a phrase (two-number expressions: 'the product of 8 and 10 is 80'; others: the question text)":
+            lambda h: f" Also: {phrase(h)} is {h.answer}.",
     }
     for kind, add in kinds.items():
         hostile = []

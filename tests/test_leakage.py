@@ -116,3 +116,32 @@ def test_honest_working_in_words_on_questions_not_held_out_is_not_a_leak():
                        ("Two thousand and twenty-four is a leap year, so yes. <answer>Yes</answer>", "2024")):
         assert core not in cores  # not a held-out question: saying it is no leak
         assert not CHECK.leaks(text), text
+
+
+PHRASES = {"*": "the product of {a} and {b}", "+": "the sum of {a} and {b}", "-": "the difference between {a} and {b}",
+           "/": "the quotient of {a} and {b}"}
+
+
+def test_every_held_out_expression_reworded_as_a_phrase_is_caught():
+    """"The product of eight and ten is eighty": the two-number expressions of the easy tasks, said as a phrase,
+    in digits and in words."""
+    pairs = [h for h in HELD if re.fullmatch(r"-?\d+ [*+/-] -?\d+", h.entry.get("metadata", {}).get("expression", ""))]
+    assert len(pairs) >= 16
+    missed = []
+    for h in pairs:
+        a, op, b = h.entry["metadata"]["expression"].split()
+        phrase = PHRASES[op].format(a=a, b=b)
+        for said in (f"By the way, {phrase} is {h.answer}. <answer>1</answer>",
+                     f"By the way, {say(phrase)} is {say(h.answer)}. <answer>1</answer>"):
+            if not CHECK.leaks(said):
+                missed.append(said)
+    assert not missed, missed
+
+
+def test_a_phrase_for_another_question_is_not_a_leak():
+    """The phrase reads as the expression in its own order: the held-out "8 * 10" is not "the product of 10 and 8"
+    (another question a node may draw), nor is a product the sum of the same numbers."""
+    h = next(h for h in HELD if h.entry.get("metadata", {}).get("expression") == "8 * 10")
+    assert CHECK.leaks(f"the product of 8 and 10 is {h.answer}")
+    assert not CHECK.leaks(f"the product of 10 and 8 is {h.answer}")
+    assert not CHECK.leaks("the sum of 8 and 10 is 18")

@@ -7,9 +7,10 @@ question, e.g. an arithmetic expression or a leap-year question's year) together
 (``heldout_leak``). Text is compared squashed (``squash``), whole numbers and words only, as written and with
 numbers and operators spelled out in words read as symbols (``spoken``: "three times four is twelve" reads
 "3*4 is 12"; text2num parses the number words), a leap year's year also as people say it ("nineteen
-seventy"), and numbers said digit by digit, joined (``digits_joined``: "one zero" reads ``10``). A reworded
-question ("the product of three and four") is not caught, nor a gcd's numbers in the other order;
-docs/SECURITY.md has the measured rates (benchmarks/bench_heldout_leak.py) and the reasons.
+seventy"), numbers said digit by digit, joined (``digits_joined``: "one zero" reads ``10``), and two numbers'
+operation said as a phrase ("the product of three and four" reads ``3 * 4``). Other rewordings are not caught,
+nor a gcd's numbers in the other order; docs/SECURITY.md has the measured rates
+(benchmarks/bench_heldout_leak.py) and the reasons.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ from engine.tasks.questions import Question
 # Operators said in words, as the easy tasks' expressions write them. Longest first: "multiplied by" before "by".
 _OPERATORS = [(re.compile(rf"\b{w}\b"), sym) for w, sym in (
     (r"multiplied\s+by", "*"), (r"divided\s+by", "/"), ("times", "*"), ("plus", "+"), ("minus", "-"))]
+# Two numbers and an operation said as a phrase, as the easy tasks' two-number expressions are reworded:
+# "the product of 8 and 10" -> "8 * 10", "subtract 2 from 8" -> "8 - 2". One pass each, linear in the text.
+_N = r"(?<!\d)(-?\d+)(?!\d)"  # whole numbers only: a match starts at a number's first digit (no quadratic retries)
+_PHRASES = [(re.compile(p), r) for p, r in (
+    (rf"\bthe\s+product\s+of\s+{_N}\s+and\s+{_N}", r"\1 * \2"),
+    (rf"\bthe\s+sum\s+of\s+{_N}\s+and\s+{_N}", r"\1 + \2"),
+    (rf"\bthe\s+difference\s+(?:between|of)\s+{_N}\s+and\s+{_N}", r"\1 - \2"),
+    (rf"\bthe\s+quotient\s+of\s+{_N}\s+and\s+{_N}", r"\1 / \2"),
+    (rf"\bsubtract(?:ing)?\s+{_N}\s+from\s+{_N}", r"\2 - \1"),
+    (rf"{_N}\s+added\s+to\s+{_N}", r"\2 + \1"),
+    (rf"{_N}\s+(?:less|take\s+away)\s+{_N}", r"\1 - \2"))]
 
 
 def squash(text: str) -> str:
@@ -39,6 +51,8 @@ def spoken(text: str) -> str:
     text = alpha2digit(text, "en", threshold=0)  # threshold 0: "one" and "two" too
     for pattern, sym in _OPERATORS:
         text = pattern.sub(f" {sym} ", text)
+    for pattern, expression in _PHRASES:
+        text = pattern.sub(expression, text)
     return text
 
 
