@@ -84,6 +84,21 @@ def _own_memory(model: torch.nn.Module) -> None:
 
 
 @contextlib.contextmanager
+def _no_gguf_bar() -> Iterator[None]:
+    """transformers' GGUF conversion draws its own tqdm bar, which its logging switch does not reach."""
+    from transformers import modeling_gguf_pytorch_utils as conversion
+
+    real = getattr(conversion, "tqdm", None)
+    if real is not None:
+        conversion.tqdm = functools.partial(real, disable=True)
+    try:
+        yield
+    finally:
+        if real is not None:
+            conversion.tqdm = real
+
+
+@contextlib.contextmanager
 def _gguf_parsed_once() -> Iterator[None]:
     """For the block: one ``gguf.GGUFReader`` per file and one tensor-name table per (arch, layers).
     transformers imports both from ``gguf`` at each call, so replacing the module's names reaches it;
@@ -118,12 +133,15 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    # Its bars are carriage-return noise in a headless node's log and the app's Log tab; the node reports its own
+    # start-up. Loading's bar follows this switch; dequantizing's is a bare tqdm (_no_gguf_bar).
+    hf_logging.disable_progress_bar()
     cached = cache_dir / f"{gguf_path.stem}.{file_identity(gguf_path)}" if cache_dir else None
     if cached is not None and (cached / "model.safetensors").is_file():
         model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32, attn_implementation="sdpa")
     else:
         try:
-            with warnings.catch_warnings(), _gguf_parsed_once():
+            with warnings.catch_warnings(), _gguf_parsed_once(), _no_gguf_bar():
                 warnings.simplefilter("ignore")
                 model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
                                                              dtype=torch.float32, attn_implementation="sdpa")
