@@ -57,11 +57,12 @@ def _send(ws, frame: dict) -> dict:
     return json.loads(ws.recv(timeout=30))
 
 
-def publish_raw(url: str, swarm: str, groups_for: Callable[[str], list[dict]]) -> int:
+def publish_raw(url: str, swarm: str, groups_for: Callable[[str], list[dict]], me: Identity | None = None) -> int:
     """Publish ``groups_for(node_id)`` one a frame (a frame is at most 1 MB), as raw JSON from a hand-written client
-    with a key of its own; the number the relay accepted. The groups are made for the client's node id, because a
-    relay takes only groups drawn from their author's own question stream (``wire.protocol.authored_by``)."""
-    me = Identity.generate()
+    with a key of its own (``me``, else a new one); the number the relay accepted. The groups are made for the
+    client's node id, because a relay takes only groups drawn from their author's own question stream
+    (``wire.protocol.authored_by``)."""
+    me = me or Identity.generate()
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     ws = connect(url, max_size=p.MAX_FRAME_BYTES)
     nonce = _send(ws, {"type": "hello", "swarm": swarm, "public_key": b64(me.public_key), "model": "evil",

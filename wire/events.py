@@ -225,6 +225,9 @@ class Eval(Event, tag="eval", frozen=True):
     eval_s: float
     per_task: dict[str, TaskEval] = {}
     eval_sampled_accuracy: float | None = None  # at the training temperature, fully correct only
+    # Each held-out question, in held-out order: (its key, greedy correct 0/1, sampled answers correct), so that
+    # two runs on one held-out set can be compared question by question (benchmarks/bench_leak_training.py).
+    per_question: list[tuple[str, int, int]] = []
 
 
 class LeaderRow(msgspec.Struct, frozen=True):
