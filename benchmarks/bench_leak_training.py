@@ -138,15 +138,17 @@ def peer_groups(me: Identity, groups: int, facts: list[tuple[Question, str, str]
         for t in texts:
             head, tag, tail = t.partition("<answer>")
             added: list[str] = []
-            while True:  # as many facts as the receiver's token cut leaves room for
+            text = t
+            while len(added) < len(facts):  # as many facts as the receiver's token cut leaves room for
                 h, _, fact = facts[cycle % len(facts)]
                 trial = head.rstrip() + " Note: " + " ".join(added + [fact]) + " " + tag + tail
-                if len(llm.tokenize(trial)) > MAX_TOKENS - 2 or check.leaks(trial) or len(added) >= len(facts):
+                if len(llm.tokenize(trial)) > MAX_TOKENS - 2 or check.leaks(trial):
                     break
                 added.append(fact)
+                text = trial
                 placed[question_key(h)] += 1
                 cycle += 1
-            with_facts.append(head.rstrip() + " Note: " + " ".join(added) + " " + tag + tail if added else t)
+            with_facts.append(text)
         new_rewards = [score_completion(scorer_for(q.spec), q.entry, t, FORMAT_BONUS).reward for t in with_facts]
         if new_rewards != rewards:
             continue
@@ -175,13 +177,17 @@ def run_node(key_dir: Path, url: str, me: Identity, groups: list[dict], rounds: 
                                 env={**os.environ, "SAPO_CACHE_DIR": str(cache)})
         batches = [groups[i:i + PER_ROUND] for i in range(0, len(groups), PER_ROUND)]
         accepted = publish_raw(url, SWARM, lambda _id: batches.pop(0), me)
-        lines = 0
-        while node.poll() is None:
+        while not events.exists() and node.poll() is None:
             time.sleep(1)
-            new = events.read_text().splitlines()[lines:] if events.exists() else []
-            lines += len(new)
-            for e in map(json.loads, new):
-                if e["type"] in ("eval", "round") and batches:
+        with open(events) if events.exists() else open(os.devnull) as feed:
+            line = ""
+            while node.poll() is None:
+                line += feed.readline()
+                if not line.endswith("\n"):  # nothing new, or half a line so far: look again shortly
+                    time.sleep(1)
+                    continue
+                event, line = json.loads(line), ""
+                if event["type"] in ("eval", "round") and batches:
                     accepted += publish_raw(url, SWARM, lambda _id: batches.pop(0), me)
         if node.returncode:
             raise SystemExit(f"the node exited with {node.returncode}")
@@ -215,7 +221,8 @@ def main() -> None:
           f"{[t[:160] for t in refused[:3]]}")
     print(f"peer: {len(honest)} groups with spread; facts placed in the leaky version: {sum(placed.values())} "
           f"(per leaked question: min {min(placed.values(), default=0)}, max {max(placed.values(), default=0)}), "
-          f"every leaky completion passes the rule: {not any(check.leaks(t) for g in leaky for t in g['completions'])}")
+          f"leaky completions the rule refuses beyond the honest ones: "
+          f"{sum(check.leaks(t) for g in leaky for t in g['completions']) - len(refused)}")
     with tempfile.TemporaryDirectory() as keys:
         load_or_create(Path(keys))
         runs = {}
