@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import pytest
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.lab.experiment import config_overrides, keep_records, read_records
+from engine.lab.experiment import Prefixed, config_overrides, keep_records, read_records, superseded
 
 pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
@@ -53,6 +54,26 @@ def test_records_torn_line_and_resume_cut(tmp_path: Path):
     # agent 0 checkpointed round 3, agent 1 round 2: agent 1's round 3 reruns; the duplicate goes
     kept = keep_records(read, {0: 3, 1: 2})
     assert [(r["agent"], r["round"]) for r in kept] == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3)]
+
+
+def test_records_and_results_from_after_the_checkpoints_are_superseded(tmp_path: Path):
+    rows = [{"type": "round", "agent": a, "round": r} for r in (1, 2, 3) for a in (0, 1)]
+    evals = [tmp_path / n for n in ("agent-0-round-2.json", "agent-1-round-2.json", "agent-1-round-3.json",
+                                    "agent-10-round-1.json", "notes.json")]
+    # agent 0 checkpointed round 3; agent 1's checkpoints are gone (another machine); agent 10 is not in this run
+    late, stale = superseded(rows, evals, {0: 3, 1: 0})
+    assert [(r["agent"], r["round"]) for r in late] == [(1, 1), (1, 2), (1, 3)]
+    assert [p.name for p in stale] == ["agent-1-round-2.json", "agent-1-round-3.json", "agent-10-round-1.json"]
+    assert superseded(rows, evals[:1], {0: 3, 1: 3}) == ([], [])  # an ordinary resume: nothing is stale
+
+
+def test_each_line_of_a_worker_starts_with_its_name_once():
+    out = io.StringIO()
+    stream = Prefixed(out, "[worker 1] ")
+    print("a line", file=stream)  # its text and its newline come in two writes
+    stream.write("two\nlines\nand half")
+    stream.write(" a line\n")
+    assert out.getvalue() == "[worker 1] a line\n[worker 1] two\n[worker 1] lines\n[worker 1] and half a line\n"
 
 
 def _env(cache: Path) -> dict[str, str]:
@@ -125,6 +146,25 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     assert "same questions' reward - alone" in rep.stdout
     assert "cost: 8 agent-rounds" in rep.stdout
     _assert_paired(out)
+
+    # Another machine: the committed records and results arrive, agent 1's checkpoints (never committed) do not.
+    # Its rounds run again; its old records and end result move aside instead of pairing with the rerun.
+    cell = out / "swarm" / "seed-0"
+    old_end = json.loads((cell / "evals" / "agent-1-round-2.json").read_text())
+    shutil.rmtree(cell / "agent-1")
+    (cell / "done.json").unlink()
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=_env(model_cache))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "swarm seed 0: 2 round records and 1 held-out results are from after the agents' checkpoints" in again.stderr
+    moved = read_records(cell / "superseded" / "records.jsonl")
+    assert moved == [r for r in after if r["agent"] == 1]
+    assert json.loads((cell / "superseded" / "evals" / "agent-1-round-2.json").read_text()) == old_end
+    rerun = read_records(records)
+    assert sorted((r["agent"], r["round"]) for r in rerun) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert [r for r in rerun if r["agent"] == 0] == [r for r in after if r["agent"] == 0]  # agent 0 untouched
+    final = json.loads((cell / "done.json").read_text())
+    assert final["eval"]["1"] == json.loads((cell / "evals" / "agent-1-round-2.json").read_text())
+    assert final["eval"]["1"]["round"] == 2
 
 
 def _assert_paired(ran: Path) -> None:

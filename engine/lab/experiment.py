@@ -38,8 +38,11 @@ agent on one thread: on a small machine that is more agent-rounds per hour than 
 every core, docs/BENCHMARKS.md). A seed's start evaluation is made once, under a file lock.
 
 A killed run resumes where it stopped when started again with the same ``--out``: every agent
-resumes from its checkpoint (written each round), records after the last checkpoint are dropped,
-and cells with ``done.json`` are skipped. The relay's pool does not survive (agents first after a
+resumes from its checkpoint (written each round) and cells with ``done.json`` are skipped. Records and
+held-out results from after an agent's checkpoint belong to rounds that will be rerun: they are moved to
+``<cell>/superseded/``, never mixed with the rerun's. That is what happens on another machine, where the
+committed records arrive without the (uncommitted, ~60 MB per agent) checkpoints: an unfinished cell is
+rerun from round 0, a finished one is kept as it is. The relay's pool does not survive (agents first after a
 resume see fewer external groups for a round; the budget is kept with own groups).
 """
 
@@ -151,7 +154,20 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
               "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
               "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens",
-              "task_levels", "level_changes", "paired_reward_mean", "group_summaries")
+              "train_completion_tokens_computed", "task_levels", "level_changes", "paired_reward_mean", "group_summaries")
+
+
+def superseded(records: list[dict[str, Any]], evals: list[Path],
+               rounds_done: dict[int, int]) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Round records and held-out results (``agent-<k>-round-<n>.json``) from after each agent's checkpointed
+    round: left by a run whose later checkpoints are gone (another machine, a data dir deleted)."""
+    late = [r for r in records if r.get("type") == "round" and r["round"] > rounds_done.get(r["agent"], 0)]
+    stale = []
+    for path in evals:
+        m = re.fullmatch(r"agent-(\d+)-round-(\d+)\.json", path.name)
+        if m and int(m[2]) > rounds_done.get(int(m[1]), 0):
+            stale.append(path)
+    return late, sorted(stale)
 
 
 def round_record(config: str, seed: int, agent: int, metrics: dict[str, Any], model: str = "") -> dict[str, Any]:
@@ -268,20 +284,25 @@ def _worker(plan: Plan, index: int, parent: int) -> None:
         raise SystemExit(1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        run_plan(plan, _Prefixed(sys.stderr, f"[worker {index}] "))
+        run_plan(plan, Prefixed(sys.stderr, f"[worker {index}] "))
     except SapoError as e:
         print(f"[worker {index}] error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 
 
-class _Prefixed:
-    """A text stream that starts each line with a worker's name."""
+class Prefixed:
+    """A text stream that starts each line with a worker's name. ``print`` writes a line's text and its newline
+    in two calls, so where a line starts is remembered between writes."""
 
     def __init__(self, stream: Any, prefix: str) -> None:
-        self.stream, self.prefix = stream, prefix
+        self.stream, self.prefix, self.at_line_start = stream, prefix, True
 
     def write(self, text: str) -> int:
-        return self.stream.write("".join(self.prefix + line for line in text.splitlines(keepends=True)))
+        out = []
+        for line in text.splitlines(keepends=True):
+            out.append(self.prefix + line if self.at_line_start else line)
+            self.at_line_start = line.endswith("\n")
+        return self.stream.write("".join(out))
 
     def flush(self) -> None:
         self.stream.flush()
@@ -458,7 +479,21 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
               start_dir: Path) -> None:
     path = cell / "records.jsonl"
     done = {a.index: a.node.round for a in agents}
-    kept = keep_records(read_records(path), done)
+    records = read_records(path)
+    late, stale = superseded(records, sorted((cell / "evals").glob("agent-*-round-*.json")), done)
+    if late or stale:
+        # Rounds these agents will run again: their old results must not pair with (or stand in for) the rerun's.
+        away = cell / "superseded"
+        (away / "evals").mkdir(parents=True, exist_ok=True)
+        with open(away / "records.jsonl", "a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in late)
+        for e in stale:
+            os.replace(e, away / "evals" / e.name)
+        lo, hi = min(done.values()), max(done.values())
+        print(f"{config} seed {seed}: {len(late)} round records and {len(stale)} held-out results are from after "
+              f"the agents' checkpoints (round {lo if lo == hi else f'{lo}-{hi}'}; another machine?): moved to "
+              f"{away}; those rounds run again", file=progress.stream, flush=True)
+    kept = keep_records(records, done)
     have = {(r["agent"], r["round"]) for r in kept}
     for a in agents:  # killed between a checkpoint and its record: the round's summary is in the checkpoint
         for h in a.node.state.history:
