@@ -13,6 +13,9 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   pergroup: the default without that (each group's whole prompt runs once: issue 11's step)
   wide:    the default with micro-batches of up to 16 completions instead of 8, so more groups
            of one task share a micro-batch (memory permitting)
+  peers-all, peers: a sharing round's update, the second half of the groups from peers: their
+           below-average answers run (``onpolicy``: the cost of every update before the trainer
+           skipped completions without gradient) or skipped (``drop``, the node's default)
 All children load the model and run one warm-up step on one group (first-call costs); then they take
 turns, one timed step on all groups each, ``--repeats`` times round robin, and each reports its fastest
 (only one child computes at a time, and a busy spell of a shared machine falls on every variant alike). Also reported: loss, mean completion
@@ -43,6 +46,8 @@ VARIANTS = {
     "default": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},
     "pergroup": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "common": False},
     "wide": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "micro_batch": 16},
+    "peers-all": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "onpolicy"},
+    "peers": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "drop"},
 }
 
 
@@ -96,13 +101,15 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
     device = choose_device(device_setting)  # the CPU unless --device says otherwise (scripts/gpu_check.sh: auto)
     dtype = choose_dtype(v["dtype"], device)
     raw = json.loads(groups_file.read_text())
-    groups = [TrainGroup(g["prompt"], g["completions"][:completions], g["advantages"][:completions]) for g in raw]
+    half = len(raw) // 2 if "peers" in v else len(raw)  # from here on, peers' groups
+    groups = [TrainGroup(g["prompt"], g["completions"][:completions], g["advantages"][:completions], external=k >= half)
+              for k, g in enumerate(raw)]
     torch.manual_seed(0)
     model = attach_lora(load_base(_model_path(cache), cache / "torch", dtype=dtype, device=device),
                         lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"]))
     trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
-                                         shared_prefix=v["shared_prefix"],
+                                         shared_prefix=v["shared_prefix"], external_negatives=v.get("peers", "drop"),
                                          memory_budget=memory_budget(None, device)))
     trainer.step(groups[:1])  # warm-up: oneDNN kernel selection, allocator, first-call costs
     print(json.dumps({"ready": variant}), flush=True)
@@ -118,6 +125,7 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
             "step_s": round(time.perf_counter() - t0, 2),
             "loss": stats.loss, "logprob_mean": round(stats.logprob_mean, 6), "grad_norm": round(stats.grad_norm, 6),
             "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
+            "completion_tokens_computed": stats.tokens_computed,
             "checkpointed": f"{stats.checkpointed}/{stats.micro_batches}",
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "peak_gpu_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
@@ -196,7 +204,8 @@ def main() -> None:
     ap.add_argument("--lengths", default="4,8", help="group sizes L (full run)")
     ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
     ap.add_argument("--variants", default="today,fp32,default",
-                    help="variants to time, the first is the base of the ratios (issue 22: pergroup,default,wide)")
+                    help="variants to time, the first is the base of the ratios (issue 22: pergroup,default,wide; "
+                         "peers-all,peers)")
     ap.add_argument("--device", default="cpu", help="where the step trains: cpu (the default), cuda, mps or auto")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))

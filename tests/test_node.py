@@ -96,6 +96,9 @@ def test_two_offline_rounds_train_and_swap(trained):
         parts = e["gen_s"] + e["score_s"] + e["train_s"] + (e["swap_ms"] + e["checkpoint_ms"]) / 1000
         assert parts <= e["round_s"]
         assert e["train_completion_tokens"] == e["tokens_trained"]
+        # alone there are no peers' negatives to skip: only an answer exactly at its group's mean could be
+        assert e["train_completion_tokens_computed"] <= e["train_completion_tokens"]
+        assert (e["train_completion_tokens_computed"] > 0) == (e["train_completion_tokens"] > 0)
         # Sampling as a prefix tree: a task's preamble is decoded once per batch, not once per question.
         assert 0 < e["gen_prompt_tokens_computed"] < e["gen_prompt_tokens"]
     for e in trained_rounds:

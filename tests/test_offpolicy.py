@@ -37,6 +37,17 @@ def test_drop_zeroes_external_negatives_only():
     assert w([-1.0] * 4, [NAN] * 4, "drop") == [1.0, 1.0, 1.0, 0.0]
 
 
+def test_only_completions_whose_weight_times_advantage_is_always_zero_carry_no_gradient():
+    from engine.learning.offpolicy import carries_gradient
+
+    assert not carries_gradient(-0.5, external=True, negatives="drop")  # a peer's below-average answer
+    assert not carries_gradient(0.0, external=False, negatives="onpolicy")  # at the group's mean
+    assert carries_gradient(0.5, external=True, negatives="drop")
+    assert carries_gradient(-0.5, external=False, negatives="drop")  # own negatives are trained
+    for rule in ("onpolicy", "topr"):  # topr's weight depends on the policy: never skipped
+        assert carries_gradient(-0.5, external=True, negatives=rule)
+
+
 def test_topr_clips_external_negative_ratio_to_0_1_and_keeps_positives_plain():
     # external negative: ratio e^-ln2 = 0.5 kept; a ratio of 4 is clipped to 1; external positive: 1 (plain SFT)
     assert w([0.0, 0.0, 0.0, 0.0], [NAN, NAN, -2 * LN2, LN2], "topr") == pytest.approx([1.0, 1.0, 1.0, 0.5])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -345,6 +346,31 @@ def test_more_iterations_make_clipping_act():
     assert one.clip_low_frac == 0 and one.clip_high_frac == 0  # ratio is exactly 1 on the first pass
     many = Trainer(tiny_policy(), TrainConfig(learning_rate=0.05, iterations=4, grad_clip=1e9)).step(groups())
     assert many.clip_low_frac + many.clip_high_frac > 0
+
+
+@pytest.mark.parametrize("micro", [1, 100])
+def test_completions_without_gradient_are_not_run_and_the_update_is_the_same(micro):
+    """Under ``drop`` a peer's below-average answers (and any answer at its group's mean) weigh 0: the update
+    leaves them out, yet equals the one over every completion, whose loss is normalised by all their tokens."""
+    every = [dataclasses.replace(g, external=k in (1, 3)) for k, g in enumerate(preamble_groups())]
+    every[0].advantages[1] = 0.0
+    gone = {(0, 1)} | {(k, j) for k in (1, 3) for j, a in enumerate(every[k].advantages) if a < 0}
+    assert len(gone) >= 3
+    kept = [TrainGroup(g.prompt_ids, [c for j, c in enumerate(g.completions) if (k, j) not in gone],
+                       [a for j, a in enumerate(g.advantages) if (k, j) not in gone], external=g.external)
+            for k, g in enumerate(every)]
+    n_all = sum(len(c) for g in every for c in g.completions)
+    n_kept = sum(len(c) for g in kept for c in g.completions)
+    # The reference runs every completion it is given (onpolicy weighs all 1) over a normaliser of n_kept tokens
+    _, ref = run(tiny_policy(), kept, micro_batch=micro, external_negatives="onpolicy")
+    stats, got = run(tiny_policy(), every, micro_batch=micro, external_negatives="drop")
+    assert stats.tokens == n_all and stats.tokens_computed == n_kept < n_all
+    assert_same_grads(got, {n: g * (n_kept / n_all) for n, g in ref.items()})
+    # with nothing that can move the policy, everything runs as before: zero gradients, and a step
+    flat = [TrainGroup([1, 2, 3], [[4, 5], [6]], [-1.0, -1.0], external=True)]
+    stats, grads = run(tiny_policy(), flat, external_negatives="drop")
+    assert stats.tokens_computed == stats.tokens == 3
+    assert all(float(g.abs().max()) == 0.0 for g in grads.values())
 
 
 def test_nothing_to_train_is_a_no_op():

@@ -182,6 +182,7 @@ class Round(Event, tag="round", frozen=True):
     train_prompt_tokens: int = 0  # trained groups' prompt tokens, each group's counted once
     train_prompt_tokens_computed: int = 0  # those training ran (a micro-batch's common beginning once)
     train_completion_tokens: int = 0
+    train_completion_tokens_computed: int = 0  # those training ran (completions without gradient are skipped)
     gen_prompt_tokens: int = 0  # the round's prompts' tokens, as if each were decoded alone
     gen_prompt_tokens_computed: int = 0  # those sampling actually decoded (a task's shared preamble once)
     eval_s: float | None = None  # rounds that evaluated

@@ -42,3 +42,12 @@ def token_weights(logp: torch.Tensor, behavior: torch.Tensor, advantages: torch.
         w = torch.where(external & (advantages >= 0), torch.ones_like(w), w)
         w = torch.where(neg, torch.clamp(ratio, 0.0, 1.0), w)
     return w
+
+
+def carries_gradient(advantage: float, external: bool, negatives: str) -> bool:
+    """Whether a completion can move the policy. One whose every token has weight x advantage 0 whatever the
+    policy (advantage 0, or a peer's below-average answer under ``drop``) adds nothing to the gradient: the
+    trainer leaves it out of forward and backward, and still counts its tokens in the loss's normaliser."""
+    if advantage == 0.0:
+        return False
+    return not (external and advantage < 0 and negatives == "drop")

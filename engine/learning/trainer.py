@@ -18,6 +18,9 @@ Speed and memory are the point of this module.
   weights' dtype (bf16 on capable hardware).
 - Gradients accumulate over micro-batches; the loss is normalised by the update's total
   completion tokens so accumulation equals one big batch.
+- Completions that cannot move the policy (``offpolicy.carries_gradient``: a peer's below-average
+  answers under the default ``drop``, ~1 in 4 of a sharing round's) are not run at all; their tokens
+  still count in the normaliser, so the update is the same.
 Old log-probs: with one iteration the ratio is exactly 1, so they are the detached new
 log-probs of the same pass (no extra forward); with more, they are computed once, before
 the first update, with the current policy.
@@ -38,7 +41,7 @@ from engine.config import NodeConfig, resolve_auto
 from engine.models.accel import MAX_AUTO_BUDGET
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.grpo import clipped_token_loss
-from engine.learning.offpolicy import token_weights
+from engine.learning.offpolicy import carries_gradient, token_weights
 from engine.learning.packing import (PrefixCache, PrefixPlan, gather_prefixes, hidden_for_targets, make_batch,
                                      plan_prefixes, run_prefixes)
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes
@@ -100,6 +103,7 @@ class TrainStats:
     checkpointed: int = 0  # micro-batches that recomputed activations in backward
     activation_bytes: int = 0  # the largest micro-batch's, as measured (checkpointed: what it kept)
     logprob_mean: float = 0.0  # mean completion-token log-prob in the (last) update's forward
+    tokens_computed: int = 0  # completion tokens run through the model: ``tokens`` less those without gradient
 
 
 class _TargetLogprobs(torch.autograd.Function):
@@ -226,6 +230,19 @@ def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
             out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
                                   [b for _, _, b in kept] if g.behavior is not None else None, g.external))
     return sorted(out, key=lambda g: (g.prompt_ids, max(len(c) for c in g.completions)))
+
+
+def _with_gradient(groups: Sequence[TrainGroup], negatives: str) -> list[TrainGroup]:
+    """The groups with only the completions that carry gradient (``offpolicy.carries_gradient``)."""
+    out = []
+    for g in groups:
+        behavior = g.behavior or [None] * len(g.completions)
+        kept = [(c, a, b) for c, a, b in zip(g.completions, g.advantages, behavior)
+                if carries_gradient(a, g.external, negatives)]
+        if kept:
+            out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
+                                  [b for _, _, b in kept] if g.behavior is not None else None, g.external))
+    return out
 
 
 class Trainer:
@@ -436,6 +453,10 @@ class Trainer:
         groups = _clean(groups)
         if not groups:
             return TrainStats(0.0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+        total_tokens = sum(len(c) for g in groups for c in g.completions)  # the normaliser: every token counts
+        n_seqs = sum(len(g.completions) for g in groups)
+        # What cannot move the policy is not run (if nothing can, everything runs as before: zero gradients, a step).
+        groups = _with_gradient(groups, self.cfg.external_negatives) or groups
         self._prefixes = plan_prefixes([g.prompt_ids for g in groups]) if self.cfg.shared_prefix \
             else PrefixPlan(((),), {})
         # The beginnings' keys/values live through the update: micro-batches get what is left of the budget.
@@ -443,8 +464,7 @@ class Trainer:
         batches = self._batches(groups)
         if self.cfg.shared_prefix:  # again, over the parts: a group split in two runs its prompt once too
             self._prefixes = plan_prefixes([u.prompt_ids for batch in batches for u in batch])
-        total_tokens = sum(len(c) for g in groups for c in g.completions)
-        n_seqs = sum(len(g.completions) for g in groups)
+        computed = sum(len(c) for g in groups for c in g.completions)
         prompt_tokens = self._prefixes.tokens + sum(self._prompt_tokens(batch) for batch in batches)  # as computed
         per_group = sum(len(u.prompt_ids) for batch in batches for u in batch)
         old = self._logprobs(batches) if self.cfg.iterations > 1 else None
@@ -488,4 +508,4 @@ class Trainer:
                           grad_norm, time.perf_counter() - t0, prompt_tokens=prompt_tokens,
                           prompt_tokens_per_group=per_group,
                           micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes,
-                          logprob_mean=lp_sum / total_tokens)
+                          logprob_mean=lp_sum / computed, tokens_computed=computed)

@@ -446,6 +446,7 @@ class Node:
             "train_prompt_tokens": train.prompt_tokens_per_group,
             "train_prompt_tokens_computed": train.prompt_tokens,
             "train_completion_tokens": train.tokens,
+            "train_completion_tokens_computed": train.tokens_computed,
             "swap_ms": round(r.swap_ms, 2),
             "checkpoint_ms": round(r.checkpoint_ms, 1),
             "groups_trained": len(r.own) + len(r.external) - r.dropped,
