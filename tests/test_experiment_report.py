@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -77,6 +78,15 @@ def test_report_writes_plot(run: Path, tmp_path: Path):
     out = tmp_path / "fig.png"
     text = report([run], out)
     assert "| alone |" in text and out.stat().st_size > 1000
+
+
+def test_a_lost_runs_superseded_records_are_not_read(run: Path):
+    """A cell rerun on another machine keeps the lost run's rounds in superseded/: they are not this run's."""
+    lost = run / "alone" / "seed-0" / "superseded"
+    lost.mkdir()
+    shutil.copy(run / "alone" / "seed-0" / "records.jsonl", lost / "records.jsonl")
+    records, _ = load_runs([run])
+    assert len(records) == 16
 
 
 def test_no_records_is_a_clear_error(tmp_path: Path):

@@ -98,6 +98,8 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
         if not d.is_dir():
             raise SapoError(f"not a directory: {d}")
         for path in sorted(d.rglob("records.jsonl")):
+            if "superseded" in path.relative_to(d).parts:  # a lost run's rounds, rerun since (engine/lab/experiment.py)
+                continue
             found = True
             records += [r for r in read_records(path) if r.get("type") == "round"]
             done = path.parent / "done.json"
