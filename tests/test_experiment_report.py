@@ -89,6 +89,39 @@ def test_a_lost_runs_superseded_records_are_not_read(run: Path):
     assert len(records) == 16
 
 
+def _meta(root: Path, config: str, seed: int, **settings) -> None:
+    cell = root / config.replace("+", "_") / f"seed-{seed}"
+    (cell / "meta.json").write_text(json.dumps({"config": config, "seed": seed, "models": ["m"], "settings": {
+        "seed": seed, "heldout_draw": seed + 1, "learning_rate": 1e-4} | settings}))
+
+
+def test_two_runs_with_one_setting_changed_are_paired_under_their_difference(tmp_path: Path):
+    """A second --out with another learning rate: its cells are named by what differs, and pair with the first's."""
+    first, second = tmp_path / "r6", tmp_path / "r7"
+    for seed in (0, 1):
+        _cell(first, "alone", seed, {0: [0.1, 0.1], 1: [0.2, 0.2]})
+        _meta(first, "alone", seed)  # heldout_draw differs by seed: not a difference of design
+    _cell(second, "alone", 1, {0: [0.3, 0.3], 1: [0.2, 0.4]})
+    _meta(second, "alone", 1, learning_rate=2e-4)
+    records, evals = load_runs([first, second])
+    assert {r["config"] for r in records} == {"alone", "alone [learning_rate 0.0002]"}
+    assert ("alone [learning_rate 0.0002]", 1) in evals and ("alone", 1) in evals
+    (p,) = paired(records, evals)
+    assert p.config == "alone [learning_rate 0.0002]" and p.pairs == 2
+    assert p.total_diff is not None and p.total_diff.mean == pytest.approx(0.3)  # seed 1: 0.6 - 0.2, 0.6 - 0.4
+    # A directory and a cell inside it overlap: each cell is read once.
+    again, _ = load_runs([first, first / "alone"])
+    assert len(again) == 8
+
+
+def test_the_same_cell_twice_is_an_error(tmp_path: Path):
+    for root in (tmp_path / "a", tmp_path / "b"):
+        _cell(root, "alone", 0, {0: [0.1, 0.1]})
+        _meta(root, "alone", 0)
+    with pytest.raises(SapoError, match="alone seed 0 is both in .* with the same settings"):
+        load_runs([tmp_path / "a", tmp_path / "b"])
+
+
 def test_no_records_is_a_clear_error(tmp_path: Path):
     with pytest.raises(SapoError, match="no experiment records"):
         load_runs([tmp_path])

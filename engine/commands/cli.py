@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(xp)  # settings common to every configuration (e.g. --local 4 --external 4)
     xsub = xp.add_subparsers(dest="experiment_command", parser_class=_Parser)
     rep = xsub.add_parser("report", help="the paper-style table and reward plot of experiment runs")
-    rep.add_argument("dirs", type=Path, nargs="+", help="run directories (--out of experiment)")
+    rep.add_argument("dirs", type=Path, nargs="+",
+                     help="run directories (--out of experiment); a configuration whose settings differ from the "
+                          "first run's is named by the difference, e.g. 'alone [learning_rate 0.0002]'")
     rep.add_argument("--plot", type=Path, help="where to write the plot (default RUN_DIR/reward.png)")
     rep.add_argument("--window", type=int, default=5, help="moving-average window in rounds")
     rep.add_argument("--seeds", type=_seed_list, help="comma-separated seeds to report (default: all)")

@@ -16,6 +16,8 @@ per configuration against the baseline, the mean over (seed, agent) pairs of the
 total reward and in held-out accuracy at the end, each with a 95 % t interval over those pairs,
 beside the held-out change since the start; per task, the held-out difference to the baseline;
 the same by span of rounds (``phases``: when sharing helped or hurt); and what the runs cost (agent-rounds, compute hours of rounds and evaluations).
+Several runs report together: a configuration run again with one setting changed (another ``--out``,
+another ``--lr``) is named by the change and paired like any other (``load_runs``).
 """
 
 from __future__ import annotations
@@ -89,10 +91,30 @@ def paired_interval(diffs: list[float]) -> Interval | None:
     return Interval(m, m - half, m + half, len(diffs))
 
 
+def _cell_settings(cell: Path) -> dict[str, Any]:
+    """A cell's settings as its meta.json keeps them."""
+    meta = cell / "meta.json"
+    if not meta.exists():
+        return {}
+    data = json.loads(meta.read_text())
+    return data.get("settings", {}) | {"models": data.get("models")}
+
+
+PER_SEED = {"seed", "heldout_draw"}  # settings a run varies by seed (``--heldout-per-seed``), not by design
+
+
 def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
-    """Every round record under the directories, and each finished cell's held-out results by (config, seed)."""
+    """Every round record under the directories, and each finished cell's held-out results by (config, seed).
+
+    Runs of one design with one setting changed (``--lr`` in another ``--out``) can be reported together: a
+    configuration whose settings differ from the same configuration's in the first directory that has it is
+    named with the difference, ``alone [learning_rate 0.0002]``, and paired like any other configuration. The
+    same cell found twice with the same settings is an error: its rounds would count twice."""
     records: list[dict[str, Any]] = []
     evals: dict[tuple[str, int], dict[str, Any]] = {}
+    reference: dict[Any, dict[str, Any]] = {}  # (config, seed) and config -> settings, first directory with it
+    where: dict[tuple[str, int], Path] = {}
+    read: set[Path] = set()
     found = False
     for d in dirs:
         if not d.is_dir():
@@ -101,11 +123,29 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
             if "superseded" in path.relative_to(d).parts:  # a lost run's rounds, rerun since (engine/lab/experiment.py)
                 continue
             found = True
-            records += [r for r in read_records(path) if r.get("type") == "round"]
+            cell = path.parent.resolve()
+            if cell in read:  # directories that overlap (a run and one of its cells): read each cell once
+                continue
+            read.add(cell)
+            rounds = [r for r in read_records(path) if r.get("type") == "round"]
+            if not rounds:
+                continue
+            config, seed = rounds[0]["config"], int(rounds[0]["seed"])
+            settings = _cell_settings(path.parent)
+            reference.setdefault(config, settings)
+            base = reference.setdefault((config, seed), settings)
+            if base is settings and reference[config] is not settings:  # a seed the first run lacks
+                base = {k: v for k, v in reference[config].items() if k not in PER_SEED}
+            changed = [f"{k} {v}" for k, v in settings.items() if k in base and base[k] != v]
+            name = f"{config} [{', '.join(changed)}]" if changed else config
+            if where.setdefault((name, seed), cell) != cell:
+                raise SapoError(f"{name} seed {seed} is both in {where[(name, seed)]} and in {cell} with the same "
+                                "settings: report one of them")
+            records += [r | {"config": name} for r in rounds]
             done = path.parent / "done.json"
             if done.exists():
                 data = json.loads(done.read_text())
-                evals[(data["config"], int(data["seed"]))] = data
+                evals[(name, int(data["seed"]))] = data | {"config": name}
     if not found:
         raise SapoError(f"no experiment records (records.jsonl) under {', '.join(map(str, dirs))}")
     return records, evals
