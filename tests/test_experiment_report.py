@@ -273,6 +273,11 @@ def test_phases_show_an_early_gain_that_a_late_loss_cancels():
     assert "| alone |" in phases([r for r in records if r["config"] == "alone"])  # no baseline pairs: spans only
     unfinished = [r for r in records if r["config"] == "alone" or r["round"] <= 2]
     assert "| swarm | 1.00 / 1.00 | - |" in phases(unfinished, parts=2)  # a span it has not reached
+    assert "gradient norm" not in text  # records from before grad_norm was kept
+    for r in records:
+        r["grad_norm"] = r["round"] * (0.5 if r["config"] == "alone" else 1.0)
+    text = phases(records, parts=2)
+    assert "| alone | 0.75 (1.00) | 1.75 (2.00) |" in text and "| swarm | 1.50 (2.00) | 3.50 (4.00) |" in text
 
 
 def test_the_interval_over_questions_averages_each_question_over_the_pairs():

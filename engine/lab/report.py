@@ -464,6 +464,16 @@ def phases(records: list[dict[str, Any]], baseline: str = "alone", parts: int = 
             fmt = [r["format_rate"] for r in rs if r.get("format_rate") is not None]
             cells.append(("-" if own is None else f"{own:.2f}") + (f" / {_mean(fmt):.2f}" if fmt else " / -"))
         text += f"| {config} | " + " | ".join(cells) + " |\n"
+    if any("grad_norm" in r for r in records):  # how large the updates were, and whether the clip acted
+        text += (f"\nBy span of rounds: gradient norm before clipping, median (largest):\n\n"
+                 f"| configuration | {head_cells} |\n{rule}\n")
+        for config in configs:
+            cells = []
+            for a, b in spans:
+                norms = [r["grad_norm"] for r in records
+                         if r["config"] == config and a <= r["round"] <= b and r.get("grad_norm") is not None]
+                cells.append(f"{statistics.median(norms):.2f} ({max(norms):.2f})" if norms else "-")
+            text += f"| {config} | " + " | ".join(cells) + " |\n"
     return text
 
 
