@@ -218,31 +218,30 @@ def _slice(g: TrainGroup, a: int, b: int) -> TrainGroup:
                       g.behavior[a:b] if g.behavior is not None else None, g.external)
 
 
+def _keep(groups: Sequence[TrainGroup], keep: Callable[[list[int], float, bool], bool]) -> list[TrainGroup]:
+    """The groups with only the completions ``keep(completion, advantage, external)`` accepts, behaviour
+    log-probs alongside; groups left without a completion are left out."""
+    out = []
+    for g in groups:
+        behavior = g.behavior or [None] * len(g.completions)
+        kept = [(c, a, b) for c, a, b in zip(g.completions, g.advantages, behavior) if keep(c, a, g.external)]
+        if kept:
+            out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
+                                  [b for _, _, b in kept] if g.behavior is not None else None, g.external))
+    return out
+
+
 def _clean(groups: Sequence[TrainGroup]) -> list[TrainGroup]:
     """Groups without empty completions (they carry no tokens), without empty groups, in prompt order:
     groups whose prompts begin alike (one task's preamble) land in the same micro-batch, which runs
     that beginning once (engine.learning.packing)."""
-    out = []
-    for g in groups:
-        behavior = g.behavior or [None] * len(g.completions)
-        kept = [(c, a, b) for c, a, b in zip(g.completions, g.advantages, behavior) if c]
-        if kept and g.prompt_ids:
-            out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
-                                  [b for _, _, b in kept] if g.behavior is not None else None, g.external))
+    out = _keep([g for g in groups if g.prompt_ids], lambda c, a, e: bool(c))
     return sorted(out, key=lambda g: (g.prompt_ids, max(len(c) for c in g.completions)))
 
 
 def _with_gradient(groups: Sequence[TrainGroup], negatives: str) -> list[TrainGroup]:
     """The groups with only the completions that carry gradient (``offpolicy.carries_gradient``)."""
-    out = []
-    for g in groups:
-        behavior = g.behavior or [None] * len(g.completions)
-        kept = [(c, a, b) for c, a, b in zip(g.completions, g.advantages, behavior)
-                if carries_gradient(a, g.external, negatives)]
-        if kept:
-            out.append(TrainGroup(g.prompt_ids, [c for c, _, _ in kept], [a for _, a, _ in kept],
-                                  [b for _, _, b in kept] if g.behavior is not None else None, g.external))
-    return out
+    return _keep(groups, lambda c, a, e: carries_gradient(a, e, negatives))
 
 
 class Trainer:
