@@ -178,6 +178,7 @@ def _assert_paired(ran: Path) -> None:
         assert alone[key][:2] == swarm[key][:2], key  # the same first I, in the same order
     for r in cells["alone"] + cells["swarm"]:  # the reward on those first I, which the report pairs
         assert 0.0 <= r["paired_reward_mean"] <= 1.1, r
+        assert r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
     assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
     assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
     for k in ("0", "1"):

@@ -154,7 +154,8 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "rejected_groups", "rejected_reasons", "groups_shared", "tokens_trained", "gen_tokens", "gen_s", "score_s", "train_s",
               "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
               "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens",
-              "train_completion_tokens_computed", "task_levels", "level_changes", "paired_reward_mean", "group_summaries")
+              "train_completion_tokens_computed", "task_levels", "level_changes", "paired_reward_mean", "group_summaries",
+              "grad_norm")
 
 
 def superseded(records: list[dict[str, Any]], evals: list[Path],
