@@ -112,7 +112,10 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
     same cell found twice with the same settings is an error: its rounds would count twice."""
     records: list[dict[str, Any]] = []
     evals: dict[tuple[str, int], dict[str, Any]] = {}
-    reference: dict[Any, dict[str, Any]] = {}  # (config, seed) and config -> settings, first directory with it
+    # The settings each configuration is compared with: the same cell's, else (a seed the first run lacks)
+    # the configuration's, less what differs by seed; both from the first directory that has them.
+    first_cell: dict[tuple[str, int], dict[str, Any]] = {}
+    first_config: dict[str, dict[str, Any]] = {}
     where: dict[tuple[str, int], Path] = {}
     read: set[Path] = set()
     found = False
@@ -132,10 +135,14 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
                 continue
             config, seed = rounds[0]["config"], int(rounds[0]["seed"])
             settings = _cell_settings(path.parent)
-            reference.setdefault(config, settings)
-            base = reference.setdefault((config, seed), settings)
-            if base is settings and reference[config] is not settings:  # a seed the first run lacks
-                base = {k: v for k, v in reference[config].items() if k not in PER_SEED}
+            if (config, seed) in first_cell:
+                base = first_cell[(config, seed)]
+            elif config in first_config:
+                base = {k: v for k, v in first_config[config].items() if k not in PER_SEED}
+            else:
+                base = settings
+            first_cell.setdefault((config, seed), settings)
+            first_config.setdefault(config, settings)
             changed = [f"{k} {v}" for k, v in settings.items() if k in base and base[k] != v]
             name = f"{config} [{', '.join(changed)}]" if changed else config
             if where.setdefault((name, seed), cell) != cell:
