@@ -28,7 +28,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from engine.errors import SapoError
 from engine.lab.experiment import read_records
@@ -457,30 +457,30 @@ def phases(records: list[dict[str, Any]], baseline: str = "alone", parts: int = 
                 tot, base = agent_totals(span, config), agent_totals(span, baseline)
                 cells.append(_iv(paired_interval([tot[k] - base[k] for k in sorted(set(tot) & set(base))]), 2))
             text += f"| {config} | " + " | ".join(cells) + " |\n"
-    text += (f"\nBy span of rounds: own groups with spread per round / answers in format:\n\n"
-             f"| configuration | {head_cells} |\n{rule}\n")
-    for config in configs:
-        cells = []
-        for a, b in spans:
-            rs = [r for r in records if r["config"] == config and a <= r["round"] <= b]
-            if not rs:
-                cells.append("-")
-                continue
-            full = _detailed(rs)
-            own = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in full]) if full else None
-            fmt = [r["format_rate"] for r in rs if r.get("format_rate") is not None]
-            cells.append(("-" if own is None else f"{own:.2f}") + (f" / {_mean(fmt):.2f}" if fmt else " / -"))
-        text += f"| {config} | " + " | ".join(cells) + " |\n"
-    if any("grad_norm" in r for r in records):  # how large the updates were, and whether the clip acted
-        text += (f"\nBy span of rounds: gradient norm before clipping, median (largest):\n\n"
-                 f"| configuration | {head_cells} |\n{rule}\n")
+    def by_span(title: str, cell: Callable[[list[dict[str, Any]]], str]) -> str:
+        """A table of ``cell`` over each configuration's records in each span ("-" where it has none)."""
+        out = f"\nBy span of rounds: {title}:\n\n| configuration | {head_cells} |\n{rule}\n"
         for config in configs:
             cells = []
             for a, b in spans:
-                norms = [r["grad_norm"] for r in records
-                         if r["config"] == config and a <= r["round"] <= b and r.get("grad_norm") is not None]
-                cells.append(f"{statistics.median(norms):.2f} ({max(norms):.2f})" if norms else "-")
-            text += f"| {config} | " + " | ".join(cells) + " |\n"
+                rs = [r for r in records if r["config"] == config and a <= r["round"] <= b]
+                cells.append(cell(rs) if rs else "-")
+            out += f"| {config} | " + " | ".join(cells) + " |\n"
+        return out
+
+    def own_and_format(rs: list[dict[str, Any]]) -> str:
+        full = _detailed(rs)
+        own = _mean([r.get("groups_trained", 0) - r.get("external_groups", 0) for r in full]) if full else None
+        fmt = [r["format_rate"] for r in rs if r.get("format_rate") is not None]
+        return ("-" if own is None else f"{own:.2f}") + (f" / {_mean(fmt):.2f}" if fmt else " / -")
+
+    def grad_norms(rs: list[dict[str, Any]]) -> str:
+        norms = [r["grad_norm"] for r in rs if r.get("grad_norm") is not None]
+        return f"{statistics.median(norms):.2f} ({max(norms):.2f})" if norms else "-"
+
+    text += by_span("own groups with spread per round / answers in format", own_and_format)
+    if any("grad_norm" in r for r in records):  # how large the updates were, and whether the clip acted
+        text += by_span("gradient norm before clipping, median (largest)", grad_norms)
     return text
 
 
