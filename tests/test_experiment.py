@@ -181,6 +181,11 @@ def _assert_paired(ran: Path) -> None:
         assert r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
     assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
     assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
+    for c in ("alone", "swarm"):  # what each cell ran on, once, though it was resumed on the same machine
+        machines = json.loads((ran / c / "seed-0" / "meta.json").read_text())["machines"]
+        assert len(machines) == 1, machines
+        assert machines[0]["train_dtype"] in ("bfloat16", "float32") and machines[0]["device"] == "cpu"
+        assert machines[0]["cpu"] and machines[0]["cores"] >= 1 and len(machines[0]["commit"]) >= 7
     for k in ("0", "1"):
         start = json.loads((ran / "start" / "seed-0" / f"agent-{k}.json").read_text())
         assert start["round"] == 0

@@ -371,7 +371,7 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
                 cfg = dataclasses.replace(model.cfg, **overrides, **per_seed, seed=seed, eval_every=0, relay=None,
                                           offline=True)
                 if k == 0:
-                    _write_meta(cell, config, seed, plan, cfg, [m.name for m in models])
+                    _write_meta(cell, config, seed, plan, cfg, [m.name for m in models], machine(backbones[0]))
                 data = cell / f"agent-{k}"
                 if not (data / KEY_FILE).exists():
                     data.mkdir(parents=True, exist_ok=True)
@@ -401,11 +401,30 @@ def _finished(cell: Path, rounds: int) -> bool:
     return done.exists() and json.loads(done.read_text()).get("rounds", 0) >= rounds
 
 
-def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig, models: list[str]) -> None:
+def machine(backbone: Any) -> dict[str, Any]:
+    """What a cell ran on, for its table: the CPU, the dtype training used (bf16 or fp32 changes the numbers a
+    little, docs/RESULTS.md run 6) and the code's commit when it runs from a git checkout."""
+    import subprocess
+
+    from engine.models.hardware import detect
+
+    hw = detect(use_torch=False)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
+                                capture_output=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"cpu": hw.cpu_name, "cores": hw.cpu_logical, "device": str(backbone.device),
+            "train_dtype": str(backbone.train_dtype).removeprefix("torch."), "commit": commit}
+
+
+def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig, models: list[str],
+                ran_on: dict[str, Any] | None = None) -> None:
     cell.mkdir(parents=True, exist_ok=True)
     meta = {"config": config, "seed": seed, "agents": plan.agents, "rounds": plan.rounds, "models": models,
-            "settings": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "token"}}
+            "settings": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "token"}, "machines": []}
     old = cell / "meta.json"
+    prev: dict[str, Any] = {}
     if old.exists():
         prev = json.loads(old.read_text())
         speed_only = ("threads", "device", "gpu_layers", "train_memory_mb", "checkpointing", "shared_prefix")
@@ -414,6 +433,10 @@ def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig,
         same = all(meta["settings"].get(k) == v for k, v in before.items())
         if prev.get("agents") != plan.agents or prev.get("models", models) != models or not same:
             raise SapoError(f"{cell} holds a run with other settings or agent count; use another --out")
+    # Every machine a cell ran on, once each in order: a resume on another machine is visible in its table.
+    meta["machines"] = prev.get("machines", [])
+    if ran_on is not None and ran_on not in meta["machines"]:
+        meta["machines"].append(ran_on)
     tmp = cell / "meta.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
     os.replace(tmp, old)
