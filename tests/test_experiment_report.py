@@ -359,3 +359,37 @@ def test_rounds_recovered_from_checkpoints_count_in_rewards_but_not_in_counts_or
     from engine.lab.report import cost
     assert "2 agent-rounds (1 recovered from checkpoints, untimed" in cost(records, evals)
     assert "360.0 s per agent-round" in cost(records, evals)
+
+
+def test_an_unfinished_cells_end_evaluations_pair_as_far_as_they_went(tmp_path: Path):
+    """A session ended during a cell's end evaluations, and its checkpoints stayed on that machine: the agents
+    evaluated at the last round pair with alone, the others are left out, and the report says so."""
+    for config in ("alone", "swarm"):
+        _cell(tmp_path, config, 0, {0: [0.1, 0.1], 1: [0.2, 0.2], 2: [0.3, 0.3]}, done=config == "alone")
+        _meta(tmp_path, config, 0)
+    cell = tmp_path / "swarm" / "seed-0"
+    meta = json.loads((cell / "meta.json").read_text())
+    (cell / "meta.json").write_text(json.dumps(meta | {"rounds": 2, "agents": 3}))
+    (cell / "evals").mkdir()
+    for agent, greedy in ((0, 0.7), (1, 0.6)):  # agent 2's end evaluation never ran
+        (cell / "evals" / f"agent-{agent}-round-2.json").write_text(json.dumps(_evals(greedy, {"a": greedy})))
+    (cell / "evals" / "agent-2-round-1.json").write_text(json.dumps(_evals(0.9, {})))  # not the end: never read
+    start = tmp_path / "start" / "seed-0"
+    start.mkdir(parents=True)
+    for agent in range(3):
+        (start / f"agent-{agent}.json").write_text(json.dumps(_evals(0.4, {})))
+    records, evals = load_runs([tmp_path])
+    assert evals[("swarm", 0)]["partial"] == {"agents": 2, "of": 3}
+    assert set(evals[("swarm", 0)]["eval"]) == {"0", "1"} and set(evals[("swarm", 0)]["eval_start"]) == {"0", "1", "2"}
+    (p,) = paired(records, evals)
+    assert p.pairs == 3  # every agent's rounds pair in total reward
+    assert p.greedy_diff is not None and p.greedy_diff.n == 2 and p.greedy_diff.mean == pytest.approx(0.15)  # 0.7, 0.6 - 0.5
+    assert p.greedy_change is not None and p.greedy_change.mean == pytest.approx(0.25)
+    (_, swarm) = table(records, evals)
+    assert not swarm.complete and swarm.eval_greedy == pytest.approx(0.65)
+    text = report([tmp_path], tmp_path / "f.png")
+    assert "- swarm seed 0: end evaluations of 2 of 3 agents" in text and "| swarm (incomplete) |" in text
+    # No end evaluation at all: no held-out results for the cell, as before.
+    for e in (cell / "evals").glob("agent-*-round-2.json"):
+        e.unlink()
+    assert ("swarm", 0) not in load_runs([tmp_path])[1]

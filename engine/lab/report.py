@@ -100,6 +100,39 @@ def _cell_settings(cell: Path) -> dict[str, Any]:
     return data.get("settings", {}) | {"models": data.get("models")}
 
 
+def held_out_so_far(cell: Path, seed: int) -> dict[str, Any] | None:
+    """An unfinished cell's held-out results as far as they went, shaped like its ``done.json`` with ``partial``:
+    the end evaluations of the agents that have one (a session that ended while they ran: the agents'
+    checkpoints stay behind on that machine, so no other machine can finish them), the middle ones, and the
+    seed's start evaluations. None when no agent reached its end evaluation."""
+    meta = cell / "meta.json"
+    if not meta.exists():
+        return None
+    from engine.lab.experiment import middle_round
+
+    data = json.loads(meta.read_text())
+    if "rounds" not in data or "agents" not in data:
+        return None
+    planned, agents = int(data["rounds"]), int(data["agents"])
+
+    def at(n: int | None) -> dict[str, Any]:
+        found = {}
+        for k in range(agents):
+            path = cell / "evals" / f"agent-{k}-round-{n}.json"
+            if n is not None and path.exists():
+                found[str(k)] = json.loads(path.read_text())
+        return found
+
+    end = at(planned)
+    if not end:
+        return None
+    start_dir = cell.parent.parent / "start" / f"seed-{seed}"
+    start = {str(k): json.loads(p.read_text()) for k in range(agents)
+             if (p := start_dir / f"agent-{k}.json").exists()}
+    return {"seed": seed, "rounds": planned, "eval": end, "eval_middle": at(middle_round(planned)),
+            "eval_start": start, "partial": {"agents": len(end), "of": agents}}
+
+
 PER_SEED = {"seed", "heldout_draw"}  # settings a run varies by seed (``--heldout-per-seed``), not by design
 
 
@@ -153,6 +186,8 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
             if done.exists():
                 data = json.loads(done.read_text())
                 evals[(name, int(data["seed"]))] = data | {"config": name}
+            elif so_far := held_out_so_far(path.parent, seed):
+                evals[(name, seed)] = so_far | {"config": name}
     if not found:
         raise SapoError(f"no experiment records (records.jsonl) under {', '.join(map(str, dirs))}")
     return records, evals
@@ -188,7 +223,7 @@ def table(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, 
             reward_per_hour=sum(r["reward_mean"] for r in full) / hours if hours > 0 else None,
             eval_greedy=_mean([a["eval_accuracy"] for a in ev]) if ev else None,
             eval_sampled=_mean([a["eval_sampled_accuracy"] for a in ev]) if ev else None,
-            complete=all((config, s) in evals for s in cells),
+            complete=all((config, s) in evals and "partial" not in evals[(config, s)] for s in cells),
         ))
     return rows
 
@@ -568,6 +603,16 @@ def task_course(evals: dict[tuple[str, int], dict[str, Any]]) -> str:
             + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n" + "\n".join(lines) + "\n")
 
 
+def partial_note(evals: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """Which cells' held-out results are an unfinished cell's (``held_out_so_far``): their pairs are fewer."""
+    lines = [f"- {c} seed {s}: end evaluations of {e['partial']['agents']} of {e['partial']['of']} agents"
+             for (c, s), e in sorted(evals.items()) if "partial" in e]
+    if not lines:
+        return ""
+    return ("\nHeld-out results of unfinished cells, as far as they went (pairs without an end evaluation are left "
+            "out of the held-out columns):\n" + "\n".join(lines) + "\n")
+
+
 def only_seeds(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]], seeds: set[int]
                ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
     """The records and evaluations of these seeds only (a report on a part of a run)."""
@@ -588,7 +633,7 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
     if against is not None and against not in {r["config"] for r in records}:
         have = ", ".join(dict.fromkeys(r["config"] for r in records))
         raise SapoError(f"no configuration {against!r} to pair with (the runs have {have})")
-    text = format_table(table(records, evals)) + format_paired(paired(records, evals))
+    text = format_table(table(records, evals)) + partial_note(evals) + format_paired(paired(records, evals))
     if against is not None and against != "alone":
         text += format_paired(paired(records, evals, against), against) + phases(records, against)
     text += task_course(evals) + phases(records) + group_mix(records) + cost(records, evals)
