@@ -35,6 +35,18 @@ def test_auto_settings_follow_model_size():
     assert resolve_auto(NodeConfig(preset="paper", completions=5), 1).completions == 5  # explicit wins
 
 
+def test_the_learning_rate_follows_whether_the_node_trains_on_peers_groups():
+    """Run 7 (docs/RESULTS.md): 2e-4 paid with peers' groups and cost held-out accuracy alone."""
+    relay = "ws://127.0.0.1:9"
+    assert resolve_auto(NodeConfig(), 135_000_000).learning_rate == 1e-4  # no relay: alone
+    assert resolve_auto(NodeConfig(relay=relay), 135_000_000).learning_rate == 2e-4
+    assert resolve_auto(NodeConfig(relay=relay, offline=True), 135_000_000).learning_rate == 1e-4
+    assert resolve_auto(NodeConfig(relay=relay, external_groups=0), 135_000_000).learning_rate == 1e-4  # J = 0
+    assert resolve_auto(NodeConfig(relay=relay, learning_rate=5e-5), 135_000_000).learning_rate == 5e-5  # explicit
+    with pytest.raises(SapoError, match="learning rate must be > 0"):
+        build_config({}, {"learning_rate": -1e-4})
+
+
 @pytest.mark.parametrize("values, needle", [
     ({"completions": 65}, "completions"), ({"eps_low": 1.0}, "clip"), ({"top_p": 0}, "top_p"),
     ({"lora_targets": []}, "LoRA targets"), ({"swarm": ""}, "swarm"), ({"seed": -1}, "seed"),

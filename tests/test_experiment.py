@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.lab.experiment import Prefixed, config_overrides, keep_records, read_records, superseded
+from engine.lab.experiment import Plan, Prefixed, cell_learning_rate, config_overrides, keep_records, read_records, superseded
 
 pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
@@ -43,6 +44,16 @@ def test_config_names():
         config_overrides("swarm+best", 4, 4)
     with pytest.raises(SapoError, match="must start with"):
         config_overrides("together", 4, 4)
+
+
+def test_each_configuration_trains_at_the_learning_rate_its_node_ships_with(tmp_path: Path):
+    """The agents run offline with the relay injected: the node's own rule would give every one alone's rate."""
+    plan = Plan(tmp_path, ["alone", "swarm", "swarm+useful+fill+drop"], [0], 2, 2, {})
+    assert cell_learning_rate("alone", plan, 2) == 1e-4
+    assert cell_learning_rate("swarm", plan, 2) == cell_learning_rate("swarm+useful", plan, 2) == 2e-4
+    assert cell_learning_rate("swarm", plan, 0) == 1e-4  # J = 0 trains on no peer's group
+    given = dataclasses.replace(plan, settings={"learning_rate": 3e-4})  # --lr: every cell at it
+    assert cell_learning_rate("alone", given, 2) == cell_learning_rate("swarm", given, 2) == 3e-4
 
 
 def test_records_torn_line_and_resume_cut(tmp_path: Path):
@@ -181,8 +192,10 @@ def _assert_paired(ran: Path) -> None:
         assert r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
     assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
     assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
-    for c in ("alone", "swarm"):  # what each cell ran on, once, though it was resumed on the same machine
-        machines = json.loads((ran / c / "seed-0" / "meta.json").read_text())["machines"]
+    for c, rate in (("alone", 1e-4), ("swarm", 2e-4)):  # what each cell ran on, once, though resumed, and its rate
+        meta = json.loads((ran / c / "seed-0" / "meta.json").read_text())
+        assert meta["settings"]["learning_rate"] == rate
+        machines = meta["machines"]
         assert len(machines) == 1, machines
         assert machines[0]["train_dtype"] in ("bfloat16", "float32") and machines[0]["device"] == "cpu"
         assert machines[0]["cpu"] and machines[0]["cores"] >= 1 and len(machines[0]["commit"]) >= 7

@@ -11,7 +11,8 @@ this round (those before it) and of the last (those after it). A configuration i
 ``alone`` (I + J own groups, no relay) or ``swarm`` (I own + J external, the paper's uniform
 choice), plus modifiers joined with ``+``: ``top``, ``useful`` (``external_selection``), ``fill``
 (``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C),
-``frontier`` (task levels follow each agent's success rate, engine/tasks/frontier.py).
+``frontier`` (task levels follow each agent's success rate, engine/tasks/frontier.py). Each trains at the
+learning rate its node ships with: 2e-4 where it trains on peers' groups, 1e-4 alone (``--lr`` sets one for all).
 
 Configurations are paired within a seed: agent k has the same identity, LoRA initialisation and
 held-out set in every configuration, and draws the same first I own questions of every round in
@@ -101,6 +102,15 @@ def config_overrides(name: str, local: int, external: int) -> dict[str, Any]:
             raise SapoError(f"unknown modifier {mod!r} in configuration {name!r}: "
                             f"use {', '.join(MODIFIERS)} or isC (e.g. is2)")
     return out
+
+
+def cell_learning_rate(name: str, plan: Plan, external: int) -> float:
+    """``--lr`` for every cell when given; else the rate a node of this configuration ships with
+    (engine/config.py ``learning_rate_for``): the agents run offline with the relay injected, so the
+    node's own rule, which looks at its relay setting, would give every one of them alone's."""
+    from engine.config import learning_rate_for
+
+    return plan.settings.get("learning_rate") or learning_rate_for(shares(name) and external > 0)
 
 
 def shares(name: str) -> bool:
@@ -350,7 +360,8 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
     hf_logging.disable_progress_bar()  # a bar per model load and worker drowns the one line per agent-round
     common = build_config({}, plan.settings)
     local, external = common.local_groups, common.external_groups
-    cells = [(c, s, config_overrides(c, local, external)) for c, s in (plan.cells or plan.all_cells())]
+    cells = [(c, s, config_overrides(c, local, external) | {"learning_rate": cell_learning_rate(c, plan, external)})
+             for c, s in (plan.cells or plan.all_cells())]
     # One backbone per model, built as a single node's is; each agent's LoRA is swapped in (Agent).
     models = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
               for m in (plan.models or [None])]
