@@ -366,6 +366,7 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
     models = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
               for m in (plan.models or [None])]
     backbones = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in models]
+    ran_on = machine(backbones[0])  # once: the same for every cell of this worker
     progress = EtaPrinter(len(cells) * plan.agents * plan.rounds, stream)
     relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
@@ -382,7 +383,7 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
                 cfg = dataclasses.replace(model.cfg, **overrides, **per_seed, seed=seed, eval_every=0, relay=None,
                                           offline=True)
                 if k == 0:
-                    _write_meta(cell, config, seed, plan, cfg, [m.name for m in models], machine(backbones[0]))
+                    _write_meta(cell, config, seed, plan, cfg, [m.name for m in models], ran_on)
                 data = cell / f"agent-{k}"
                 if not (data / KEY_FILE).exists():
                     data.mkdir(parents=True, exist_ok=True)

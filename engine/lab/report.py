@@ -116,12 +116,10 @@ def held_out_so_far(cell: Path, seed: int) -> dict[str, Any] | None:
     planned, agents = int(data["rounds"]), int(data["agents"])
 
     def at(n: int | None) -> dict[str, Any]:
-        found = {}
-        for k in range(agents):
-            path = cell / "evals" / f"agent-{k}-round-{n}.json"
-            if n is not None and path.exists():
-                found[str(k)] = json.loads(path.read_text())
-        return found
+        if n is None:
+            return {}
+        paths = {str(k): cell / "evals" / f"agent-{k}-round-{n}.json" for k in range(agents)}
+        return {k: json.loads(p.read_text()) for k, p in paths.items() if p.exists()}
 
     end = at(planned)
     if not end:
