@@ -104,6 +104,12 @@ class NodeConfig:
     learning_rate: float | None = setting(
         None, "LoRA learning rate (auto: 2e-4 when the node trains on peers' groups, 1e-4 alone)", flag="--lr",
         auto=True, source="measured here (docs/RESULTS.md, runs 6 and 7)")
+    # A node set up for a swarm whose relay is unreachable trains on its own groups only, as alone does, so such
+    # a round takes alone's step (Node._learning_rate); with the rate set by hand, every round takes that one.
+    learning_rate_alone: float | None = setting(
+        None, "learning rate of a round trained while the relay is unreachable (auto: 1e-4 when the learning "
+              "rate is auto, else the learning rate)", flag=None, auto=True,
+        source="measured here (docs/RESULTS.md, run 7: alone at 2e-4 ended lower on new questions)")
     optimizer: str = setting("adamw", "adamw, adam or sgd", source="the paper used Adam")
     # RL updates carry little information per round; rank 16 on all linear layers is ample at
     # every size here (LoRA rank matters far less for RL than for supervised fine-tuning).
@@ -360,6 +366,8 @@ def validate(cfg: NodeConfig) -> None:
          f"format bonus must be 0..{MAX_FORMAT_BONUS} (peers refuse groups with more), got {cfg.format_bonus}")
     need(cfg.optimizer in ("adamw", "adam", "sgd"), f"optimizer must be adamw, adam or sgd, got {cfg.optimizer!r}")
     need(cfg.learning_rate is None or cfg.learning_rate > 0, f"learning rate must be > 0, got {cfg.learning_rate}")
+    need(cfg.learning_rate_alone is None or cfg.learning_rate_alone > 0,
+         f"learning_rate_alone must be > 0, got {cfg.learning_rate_alone}")
     need(cfg.lora_rank >= 1, f"LoRA rank must be >= 1, got {cfg.lora_rank}")
     need(cfg.lora_alpha > 0, f"LoRA alpha must be > 0, got {cfg.lora_alpha}")
     need(0 <= cfg.lora_dropout < 1, f"LoRA dropout must be in [0, 1), got {cfg.lora_dropout}")
@@ -422,6 +430,7 @@ def resolve_auto(cfg: NodeConfig, n_params: int, threads: int = 1) -> NodeConfig
         micro_batch=cfg.micro_batch or (8 if tiny else 4 if n_params < 2_000_000_000 else 2),
         threads=cfg.threads or threads,
         learning_rate=cfg.learning_rate or learning_rate_for(trains_on_peers(cfg)),
+        learning_rate_alone=cfg.learning_rate_alone or cfg.learning_rate or ALONE_LEARNING_RATE,
     )
     out.check_resolved()
     return out

@@ -45,6 +45,13 @@ def test_the_learning_rate_follows_whether_the_node_trains_on_peers_groups():
     assert resolve_auto(NodeConfig(relay=relay, learning_rate=5e-5), 135_000_000).learning_rate == 5e-5  # explicit
     with pytest.raises(SapoError, match="learning rate must be > 0"):
         build_config({}, {"learning_rate": -1e-4})
+    # A round while the relay is unreachable trains on own groups only: alone's rate, unless a rate was set.
+    assert resolve_auto(NodeConfig(relay=relay), 135_000_000).learning_rate_alone == 1e-4
+    assert resolve_auto(NodeConfig(), 135_000_000).learning_rate_alone == 1e-4
+    assert resolve_auto(NodeConfig(relay=relay, learning_rate=5e-5), 135_000_000).learning_rate_alone == 5e-5
+    assert resolve_auto(NodeConfig(relay=relay, learning_rate_alone=3e-5), 1).learning_rate_alone == 3e-5
+    with pytest.raises(SapoError, match="learning_rate_alone must be > 0"):
+        build_config({}, {"learning_rate_alone": 0})
 
 
 @pytest.mark.parametrize("values, needle", [

@@ -185,6 +185,7 @@ class Round(Event, tag="round", frozen=True):
     train_completion_tokens_computed: int = 0  # those training ran (completions without gradient are skipped)
     gen_prompt_tokens: int = 0  # the round's prompts' tokens, as if each were decoded alone
     gen_prompt_tokens_computed: int = 0  # those sampling actually decoded (a task's shared preamble once)
+    learning_rate: float = 0.0  # this round's step size: the swarm's while the relay is reachable, else alone's
     eval_s: float | None = None  # rounds that evaluated
     dead_slots_filled: int = 0  # own groups without spread replaced (fill_dead_slots): extra draws or swarm groups
     paired_reward_mean: float | None = None  # reward on the main question stream's groups (paired experiments)

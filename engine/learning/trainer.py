@@ -268,6 +268,11 @@ class Trainer:
         self._prefix_rng = _rng_state(self.decoder)  # the random state the beginnings last ran with
         model.train()
 
+    def set_learning_rate(self, lr: float) -> None:
+        """The step size of the next updates (the optimizer's moments are kept)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     # --- one micro-batch: packed completion-token log-probs and their advantages ---
     def _shape(self, batch: list[Unit]) -> BatchShape:
         if self.cfg.shared_prefix:

@@ -98,6 +98,7 @@ class RoundWork:
     checkpoint_ms: float = 0.0
     eval_s: float = 0.0
     level_changes: dict[str, int] = field(default_factory=dict)  # frontier: task -> +1 / -1
+    learning_rate: float = 0.0
 
 
 class Node:
@@ -138,6 +139,7 @@ class Node:
         self.rejected_by_sender: Counter[str] = Counter()
         self.pause_point: Callable[[], None] = lambda: None  # blocks while a user has paused the node
         self.score_s = 0.0  # scoring time since the round began (own groups and verified external ones)
+        self._lr_said: float | None = None  # the learning rate last said in a status line (_learning_rate)
         self.task_accuracy: dict[str, float] = {}  # running own accuracy per task (external_selection useful)
         self.candidates_seen = 0  # verified external groups offered this round, chosen or not
         self.phases = PhaseReporter(events.emit)
@@ -360,12 +362,28 @@ class Node:
         train_groups, r.dropped = build_groups(r.own + r.external)
         self.pause_point()
         self.phases.start(r.number, "training")
+        r.learning_rate = self._learning_rate()
+        self.trainer.set_learning_rate(r.learning_rate)
         r.train = self.trainer.step(train_groups, self.phases.progress)
         for g in r.external:
             self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
             if self.swarm is not None and g.digest:
                 self.swarm.remember(g.digest, g.source)  # and a later copy of its content, a copy
         self._report(r.number, r.external)
+
+    def _learning_rate(self) -> float:
+        """The swarm's rate while the relay link is up, alone's while it is down (engine/config.py): a node cut
+        off from its peers trains on its own groups only, where the swarm's larger step overshoots (RESULTS.md,
+        run 7). The link is as this round's sample and publish left it. Changes are said once each way."""
+        linked = self.swarm is not None and self.swarm.connected and self.cfg.external_groups > 0
+        lr = self.cfg.learning_rate if linked or self.swarm is None else self.cfg.learning_rate_alone
+        if self.swarm is not None and lr != self._lr_said and self.cfg.learning_rate != self.cfg.learning_rate_alone:
+            if self._lr_said is not None or not linked:  # the first round on the swarm's rate is the expected case
+                self.events.status(f"training at the swarm's learning rate ({lr:g}) again" if linked else
+                                   f"relay unreachable: training at the learning rate of a node alone ({lr:g}), "
+                                   f"not the swarm's ({self.cfg.learning_rate:g}), until it is back")
+            self._lr_said = lr
+        return lr
 
     def _swap(self, r: RoundWork) -> None:
         self.phases.start(r.number, "swapping")
@@ -441,6 +459,7 @@ class Node:
             "gen_prompt_tokens_computed": r.gen_prompt_tokens_computed,
             "dead_slots_filled": r.dead_slots_filled,
             "loss": train.loss,
+            "learning_rate": r.learning_rate,
             "score_s": round(r.score_s, 4),
             "train_s": round(train.seconds, 3),
             "train_prompt_tokens": train.prompt_tokens_per_group,
