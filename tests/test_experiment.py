@@ -225,17 +225,53 @@ def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: P
     assert not out.exists()  # nothing made, nothing loaded
 
 
-def test_cells_are_dealt_to_workers_seed_major():
-    from engine.lab.experiment import Plan, split
+def test_workers_take_cells_seed_major_each_under_a_claim_no_one_else_holds(tmp_path: Path):
+    """Workers walk the cells seed-major and run each cell they can claim: a cell another worker (or another
+    experiment on the same --out) holds is passed over, and a killed holder leaves nothing claimed."""
+    from engine.lab.experiment import Plan, claim, workers_for
 
-    plan = Plan(Path("/x"), ["alone", "swarm", "swarm+useful"], [0, 1], 4, 10, {})
+    plan = Plan(tmp_path, ["alone", "swarm", "swarm+useful"], [0, 1], 4, 10, {})
     assert plan.all_cells() == [("alone", 0), ("swarm", 0), ("swarm+useful", 0),
                                 ("alone", 1), ("swarm", 1), ("swarm+useful", 1)]
-    two = split(plan, 2)
-    assert [p.cells for p in two] == [[("alone", 0), ("swarm+useful", 0), ("swarm", 1)],
-                                      [("swarm", 0), ("alone", 1), ("swarm+useful", 1)]]
-    assert [p.worker for p in two] == [0, 1]
-    assert len(split(plan, 99)) == 6 and len(split(plan, 1)) == 1  # never more workers than cells
+    assert [p.worker for p in workers_for(plan, 2)] == [0, 1]
+    assert len(workers_for(plan, 99)) == 6 and len(workers_for(plan, 1)) == 1  # never more workers than cells
+    a, b = tmp_path / "alone" / "seed-0", tmp_path / "swarm" / "seed-0"
+    with claim(a) as first:
+        with claim(a) as second, claim(b) as other:
+            assert first and not second and other
+    with claim(a) as again:
+        assert again  # released with its block
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from engine.lab.experiment import claim\n"
+                               "with claim(Path(sys.argv[1])) as got:\n print(got, flush=True); time.sleep(600)", str(a)],
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    try:
+        assert holder.stdout.readline().strip() == "True"
+        with claim(a) as mine:
+            assert not mine  # another process holds it
+        holder.kill()
+        holder.wait(30)
+        with claim(a) as mine:
+            assert mine  # the OS dropped a killed holder's lock
+    finally:
+        holder.kill()
+
+
+def test_the_progress_line_counts_the_whole_run_across_workers():
+    """Every worker's line counts and times the run as a whole: one total, one count, one pace."""
+    import io
+
+    from engine.lab.experiment import EtaPrinter, Progress
+
+    shared = Progress.local(10)
+    shared.t0 -= 100  # 100 s into the run
+    w0, w1 = io.StringIO(), io.StringIO()
+    EtaPrinter(shared, w0).tick("a")
+    p1 = EtaPrinter(shared, w1)
+    p1.skip(2)  # a resumed cell found 2 of its agent-rounds done
+    p1.tick("b")
+    assert w0.getvalue().startswith("[1/10 agent-rounds, 1m40s elapsed, ETA 15m00s] a")
+    assert w1.getvalue().startswith("[2/8 agent-rounds, 1m40s elapsed, ETA 5m00s] b")
 
 
 def test_a_start_evaluation_of_another_held_out_set_is_refused(tmp_path: Path, model_cache: Path):

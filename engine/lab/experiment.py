@@ -36,7 +36,10 @@ Layout of ``--out DIR``::
 Cells (a configuration and a seed) are independent, so ``--workers K`` runs K of them at a time,
 each in its own process with its own backbone and relay (by default one per physical core, each
 agent on one thread: on a small machine that is more agent-rounds per hour than one process on
-every core, docs/BENCHMARKS.md). A seed's start evaluation is made once, under a file lock.
+every core, docs/BENCHMARKS.md). Workers take cells as they come free, seed-major, each cell under
+a lock held while it runs (``claim``): a worker never idles while a cell is left, a resumed run's
+finished cells cost nothing, and two experiments started on the same ``--out`` never run one cell
+twice (each runs what the other does not hold). A seed's start evaluation is made once, under a lock.
 
 A killed run resumes where it stopped when started again with the same ``--out``: every agent
 resumes from its checkpoint (written each round) and cells with ``done.json`` are skipped. Records and
@@ -50,6 +53,7 @@ resume see fewer external groups for a round; the budget is kept with own groups
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -60,7 +64,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from engine.config import NodeConfig, build_config, flag_settings
 from engine.errors import SapoError
@@ -165,7 +169,7 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
               "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens",
               "train_completion_tokens_computed", "task_levels", "level_changes", "paired_reward_mean", "group_summaries",
-              "grad_norm")
+              "grad_norm", "learning_rate")
 
 
 def superseded(records: list[dict[str, Any]], evals: list[Path],
@@ -225,7 +229,6 @@ class Plan:
     agents: int
     rounds: int
     settings: dict[str, Any]  # NodeConfig settings common to every configuration
-    cells: list[tuple[str, int]] | None = None  # the (configuration, seed) cells this process runs; None: all
     models: list[str] | None = None  # agent k runs models[k % len(models)]; None: the settings' model
     worker: int = 0  # which of the parallel workers runs it (each has its own relay)
     heldout_per_seed: bool = False  # seed s evaluates on held-out set s + 1 (``heldout_draw``), not every node's
@@ -235,11 +238,43 @@ class Plan:
         return [(c, s) for s in self.seeds for c in self.configs]
 
 
-def split(plan: Plan, workers: int) -> list[Plan]:
-    """The plan's cells dealt round-robin to ``workers`` plans (fewer if there are fewer cells)."""
-    cells = plan.all_cells()
-    n = max(1, min(workers, len(cells)))
-    return [dataclasses.replace(plan, cells=cells[w::n], worker=w) for w in range(n)]
+def cell_dir(plan: Plan, config: str, seed: int) -> Path:
+    return plan.out / _safe(config) / f"seed-{seed}"
+
+
+@contextlib.contextmanager
+def claim(cell: Path) -> Iterator[bool]:
+    """Hold ``cell`` for the block: True when this process got it, False when another worker or run holds it.
+
+    An exclusive lock on ``<cell>/running.lock`` (flock; msvcrt's byte lock on Windows), which the OS drops
+    when its holder exits, however it exits: a killed run never leaves a cell claimed.
+    """
+    cell.mkdir(parents=True, exist_ok=True)
+    with open(cell / "running.lock", "a+b") as fh:
+        try:
+            if sys.platform == "win32":
+                import msvcrt
+
+                msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+            else:
+                import fcntl
+
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError (POSIX), PermissionError (Windows): held elsewhere
+            yield False
+            return
+        yield True  # released by closing the file
+
+
+def workers_for(plan: Plan, workers: int) -> list[Plan]:
+    """``workers`` copies of the plan, one per worker (never more than its cells); each takes cells as they come."""
+    n = max(1, min(workers, len(plan.all_cells())))
+    return [dataclasses.replace(plan, worker=w) for w in range(n)]
+
+
+def agent_rounds_left(plan: Plan) -> int:
+    """The plan's agent-rounds in cells not finished yet (a resumed cell's done rounds are taken off as it resumes)."""
+    return sum(plan.agents * plan.rounds for c, s in plan.all_cells() if not _finished(cell_dir(plan, c, s), plan.rounds))
 
 
 def default_workers(cells: int, threads: int | None) -> int:
@@ -269,7 +304,9 @@ def run_workers(plans: list[Plan], stream: Any = sys.stderr) -> None:
         run_plan(plans[0], stream)
         return
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(p, w, os.getpid()), name=f"experiment-worker-{w}") for w, p in enumerate(plans)]
+    shared = Progress.shared(ctx, agent_rounds_left(plans[0]))  # one count and ETA for the whole run
+    procs = [ctx.Process(target=_worker, args=(p, w, os.getpid(), shared), name=f"experiment-worker-{w}")
+             for w, p in enumerate(plans)]
     for proc in procs:
         proc.start()
     try:
@@ -286,7 +323,7 @@ def run_workers(plans: list[Plan], stream: Any = sys.stderr) -> None:
                         f"to resume")
 
 
-def _worker(plan: Plan, index: int, parent: int) -> None:
+def _worker(plan: Plan, index: int, parent: int, shared: Progress) -> None:
     if sys.platform == "linux":  # a killed experiment leaves no worker behind (nor, through it, a relay)
         import ctypes
 
@@ -295,7 +332,7 @@ def _worker(plan: Plan, index: int, parent: int) -> None:
         raise SystemExit(1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        run_plan(plan, Prefixed(sys.stderr, f"[worker {index}] "))
+        run_plan(plan, Prefixed(sys.stderr, f"[worker {index}] "), shared)
     except SapoError as e:
         print(f"[worker {index}] error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
@@ -319,22 +356,42 @@ class Prefixed:
         self.stream.flush()
 
 
-class EtaPrinter:
-    """One line per agent-round: where the run is, and an ETA from the agent-rounds done so far."""
+@dataclass
+class Progress:
+    """The run's agent-rounds: left to run when it began (less those a resumed cell finds done) and done since,
+    shared by its workers (multiprocessing Values), so every worker's line counts and times the whole run."""
 
-    def __init__(self, total: int, stream: Any = sys.stderr) -> None:
-        self.total, self.done, self.seconds, self.stream = total, 0, 0.0, stream
-        self.t0 = time.monotonic()
+    total: Any
+    done: Any
+    t0: float  # time.time() at the run's start: the same clock in every worker
+
+    @classmethod
+    def shared(cls, ctx: Any, total: int) -> Progress:
+        return cls(ctx.Value("q", total), ctx.Value("q", 0), time.time())
+
+    @classmethod
+    def local(cls, total: int) -> Progress:
+        return cls(multiprocessing.Value("q", total), multiprocessing.Value("q", 0), time.time())
+
+
+class EtaPrinter:
+    """One line per agent-round: where the run is, and an ETA from the run's pace so far (all workers')."""
+
+    def __init__(self, progress: Progress, stream: Any = sys.stderr) -> None:
+        self.progress, self.stream = progress, stream
 
     def skip(self, n: int) -> None:
-        self.total -= n
+        with self.progress.total.get_lock():
+            self.progress.total.value -= n
 
-    def tick(self, seconds: float, text: str) -> None:
-        self.done += 1
-        self.seconds += seconds
-        left = (self.total - self.done) * self.seconds / self.done
-        elapsed = time.monotonic() - self.t0
-        print(f"[{self.done}/{self.total} agent-rounds, {_hms(elapsed)} elapsed, ETA {_hms(left)}] {text}",
+    def tick(self, text: str) -> None:
+        p = self.progress
+        with p.done.get_lock():
+            p.done.value += 1
+            done, total = p.done.value, p.total.value
+        elapsed = max(time.time() - p.t0, 1e-9)
+        left = (total - done) * elapsed / done
+        print(f"[{done}/{total} agent-rounds, {_hms(elapsed)} elapsed, ETA {_hms(left)}] {text}",
               file=self.stream, flush=True)
 
 
@@ -343,15 +400,11 @@ def _hms(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
+def run_plan(plan: Plan, stream: Any = sys.stderr, shared: Progress | None = None) -> None:
     from engine.lab.relay_child import RelayChild
     from engine.models.hardware import tune_allocator
     from engine.models.prepare import prepare_model
     from engine.run.backbone import Backbone
-    from engine.run.event_log import EventLog
-    from engine.run.node import Node
-    from engine.sharing.keyfile import KEY_FILE, install
-    from engine.sharing.swarm_client import SwarmClient
 
     plan.out.mkdir(parents=True, exist_ok=True)
     tune_allocator()
@@ -361,47 +414,57 @@ def run_plan(plan: Plan, stream: Any = sys.stderr) -> None:
     common = build_config({}, plan.settings)
     local, external = common.local_groups, common.external_groups
     cells = [(c, s, config_overrides(c, local, external) | {"learning_rate": cell_learning_rate(c, plan, external)})
-             for c, s in (plan.cells or plan.all_cells())]
+             for c, s in plan.all_cells()]
     # One backbone per model, built as a single node's is; each agent's LoRA is swapped in (Agent).
     models = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
               for m in (plan.models or [None])]
     backbones = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in models]
     ran_on = machine(backbones[0])  # once: the same for every cell of this worker
-    progress = EtaPrinter(len(cells) * plan.agents * plan.rounds, stream)
+    progress = EtaPrinter(shared or Progress.local(agent_rounds_left(plan)), stream)
     relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
         for config, seed, overrides in cells:
-            cell = plan.out / _safe(config) / f"seed-{seed}"
-            if _finished(cell, plan.rounds):
-                progress.skip(plan.agents * plan.rounds)
-                continue
-            (cell / "done.json").unlink(missing_ok=True)  # more rounds asked for than it ran: extend it
-            agents = []
-            for k in range(plan.agents):
-                model, backbone = models[k % len(models)], backbones[k % len(models)]
-                per_seed = {"heldout_draw": seed + 1} if plan.heldout_per_seed else {}
-                cfg = dataclasses.replace(model.cfg, **overrides, **per_seed, seed=seed, eval_every=0, relay=None,
-                                          offline=True)
-                if k == 0:
-                    _write_meta(cell, config, seed, plan, cfg, [m.name for m in models], ran_on)
-                data = cell / f"agent-{k}"
-                if not (data / KEY_FILE).exists():
-                    data.mkdir(parents=True, exist_ok=True)
-                    install(data, agent_identity(k))
-                identity = agent_identity(k)
-                swarm = None
-                if shares(config) and cfg.external_groups > 0:
-                    swarm = SwarmClient(relay.url, f"{_safe(config)}-s{seed}", identity, model.name, None,
-                                        on_status=lambda _m: None)
-                node = Node(cfg, model, identity.node_id, EventLog(), data, swarm, backbone=backbone)
-                agents.append(Agent(k, node, model.name))
-            _run_cell(cell, config, seed, agents, plan.rounds, progress, plan.out / "start" / f"seed-{seed}")
-            for a in agents:
-                a.node.close()
+            cell = cell_dir(plan, config, seed)
+            with claim(cell) as mine:
+                if mine and not _finished(cell, plan.rounds):  # finished: counted out of the total at the start
+                    _run_claimed(plan, cell, config, seed, overrides, models, backbones, relay, ran_on, progress)
     finally:
         relay.close()
         for b in backbones:
             b.close()
+
+
+def _run_claimed(plan: Plan, cell: Path, config: str, seed: int, overrides: dict[str, Any], models: list[Any],
+                 backbones: list[Any], relay: Any, ran_on: dict[str, Any], progress: EtaPrinter) -> None:
+    """One cell, held by this worker (``claim``): its agents built on this worker's backbones and relay, then run."""
+    from engine.run.event_log import EventLog
+    from engine.run.node import Node
+    from engine.sharing.keyfile import KEY_FILE, install
+    from engine.sharing.swarm_client import SwarmClient
+
+    (cell / "done.json").unlink(missing_ok=True)  # more rounds asked for than it ran: extend it
+    agents = []
+    for k in range(plan.agents):
+        model, backbone = models[k % len(models)], backbones[k % len(models)]
+        per_seed = {"heldout_draw": seed + 1} if plan.heldout_per_seed else {}
+        cfg = dataclasses.replace(model.cfg, **overrides, **per_seed, seed=seed, eval_every=0, relay=None,
+                                  offline=True)
+        if k == 0:
+            _write_meta(cell, config, seed, plan, cfg, [m.name for m in models], ran_on)
+        data = cell / f"agent-{k}"
+        if not (data / KEY_FILE).exists():
+            data.mkdir(parents=True, exist_ok=True)
+            install(data, agent_identity(k))
+        identity = agent_identity(k)
+        swarm = None
+        if shares(config) and cfg.external_groups > 0:
+            swarm = SwarmClient(relay.url, f"{_safe(config)}-s{seed}", identity, model.name, None,
+                                on_status=lambda _m: None)
+        node = Node(cfg, model, identity.node_id, EventLog(), data, swarm, backbone=backbone)
+        agents.append(Agent(k, node, model.name))
+    _run_cell(cell, config, seed, agents, plan.rounds, progress, plan.out / "start" / f"seed-{seed}")
+    for a in agents:
+        a.node.close()
 
 
 def _safe(config: str) -> str:
@@ -564,7 +627,7 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
             finally:
                 a.deactivate()
             append_record(path, round_record(config, seed, a.index, m, a.model))
-            progress.tick(m["round_s"], f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
+            progress.tick(f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
                                         f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
                                         f"({m.get('external_groups', 0)} external), {m['round_s']:.0f}s")
     evals: dict[str, dict[str, Any]] = {"eval": {}, "eval_start": {}, "eval_middle": {}}
@@ -636,6 +699,6 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers or default_workers(len(plan.all_cells()), settings["threads"])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     prepare_models(plan)
-    run_workers(split(plan, workers))
+    run_workers(workers_for(plan, workers))
     print(f"done: sapo-engine experiment report {args.out}", file=sys.stderr)
     return 0
