@@ -50,8 +50,11 @@ def test_each_configuration_trains_at_the_learning_rate_its_node_ships_with(tmp_
     """The agents run offline with the relay injected: the node's own rule would give every one alone's rate."""
     plan = Plan(tmp_path, ["alone", "swarm", "swarm+useful+fill+drop"], [0], 2, 2, {})
     assert cell_learning_rate("alone", plan, 2) == 1e-4
-    assert cell_learning_rate("swarm", plan, 2) == cell_learning_rate("swarm+useful", plan, 2) == 2e-4
-    assert cell_learning_rate("swarm", plan, 0) == 1e-4  # J = 0 trains on no peer's group
+    assert cell_learning_rate("swarm+useful+fill+drop", plan, 2) == cell_learning_rate("swarm+drop+fill+useful+frontier", plan, 2) == 2e-4
+    assert cell_learning_rate("swarm+useful+fill+drop", plan, 0) == 1e-4  # J = 0 trains on no peer's group
+    # Any other way of using peers' groups keeps alone's rate: uniform sharing at 2e-4 did worse (RESULTS.md, run 8)
+    for other in ("swarm", "swarm+useful", "swarm+useful+fill", "swarm+useful+drop", "swarm+useful+fill+topr"):
+        assert cell_learning_rate(other, plan, 2) == 1e-4, other
     given = dataclasses.replace(plan, settings={"learning_rate": 3e-4})  # --lr: every cell at it
     assert cell_learning_rate("alone", given, 2) == cell_learning_rate("swarm", given, 2) == 3e-4
 
@@ -192,7 +195,7 @@ def _assert_paired(ran: Path) -> None:
         assert r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
     assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
     assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
-    for c, rate in (("alone", 1e-4), ("swarm", 2e-4)):  # what each cell ran on, once, though resumed, and its rate
+    for c, rate in (("alone", 1e-4), ("swarm", 1e-4)):  # what each cell ran on, once, though resumed, and its rate
         meta = json.loads((ran / c / "seed-0" / "meta.json").read_text())
         assert meta["settings"]["learning_rate"] == rate
         machines = meta["machines"]

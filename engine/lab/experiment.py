@@ -12,7 +12,8 @@ this round (those before it) and of the last (those after it). A configuration i
 choice), plus modifiers joined with ``+``: ``top``, ``useful`` (``external_selection``), ``fill``
 (``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C),
 ``frontier`` (task levels follow each agent's success rate, engine/tasks/frontier.py). Each trains at the
-learning rate its node ships with: 2e-4 where it trains on peers' groups, 1e-4 alone (``--lr`` sets one for all).
+learning rate its node ships with: 2e-4 where it trains on peers' groups the default way (``useful``, ``fill``
+and ``drop``), else 1e-4 (``--lr`` sets one for all).
 
 Configurations are paired within a seed: agent k has the same identity, LoRA initialisation and
 held-out set in every configuration, and draws the same first I own questions of every round in
@@ -112,9 +113,10 @@ def cell_learning_rate(name: str, plan: Plan, external: int) -> float:
     """``--lr`` for every cell when given; else the rate a node of this configuration ships with
     (engine/config.py ``learning_rate_for``): the agents run offline with the relay injected, so the
     node's own rule, which looks at its relay setting, would give every one of them alone's."""
-    from engine.config import learning_rate_for
+    from engine.config import learning_rate_for, swarm_rate_fits
 
-    return plan.settings.get("learning_rate") or learning_rate_for(shares(name) and external > 0)
+    on_peers = shares(name) and external > 0 and swarm_rate_fits(config_overrides(name, 1, external))
+    return plan.settings.get("learning_rate") or learning_rate_for(on_peers)
 
 
 def shares(name: str) -> bool:
