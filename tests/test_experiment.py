@@ -260,6 +260,24 @@ def test_workers_take_cells_seed_major_each_under_a_claim_no_one_else_holds(tmp_
         holder.kill()
 
 
+def test_a_cell_another_experiment_holds_is_left_to_it(tmp_path: Path, model_cache: Path):
+    """Two experiments started on one --out: the second passes over the cell the first is running, says so, and
+    writes nothing into it."""
+    from engine.lab.experiment import claim
+
+    out = tmp_path / "run"
+    cell = out / "alone" / "seed-0"
+    with claim(cell) as mine:  # the first experiment, mid-cell
+        assert mine
+        done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--configs", "alone",
+                               "--agents", "1", "--rounds", "1", "--tasks", "basic_arithmetic", "--eval-per-task", "1",
+                               "--max-tokens", "8", "--threads", "1"],
+                              capture_output=True, text=True, timeout=600, env=_env(model_cache))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"not run here, another experiment on {out} holds them: alone seed 0" in done.stderr
+    assert sorted(p.name for p in cell.iterdir()) == ["running.lock"]  # no meta, records or agents written
+
+
 def test_the_progress_line_counts_the_whole_run_across_workers():
     """Every worker's line counts and times the run as a whole: one total, one count, one pace."""
     import io

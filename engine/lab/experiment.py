@@ -702,5 +702,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     prepare_models(plan)
     run_workers(workers_for(plan, workers))
+    left = [f"{c} seed {s}" for c, s in plan.all_cells() if not _finished(cell_dir(plan, c, s), plan.rounds)]
+    if left:  # every worker ended without error, so another experiment on this --out held these (``claim``)
+        print(f"not run here, another experiment on {args.out} holds them: {', '.join(left)}", file=sys.stderr)
     print(f"done: sapo-engine experiment report {args.out}", file=sys.stderr)
     return 0
