@@ -56,12 +56,16 @@ def _client(url: str, me: Identity, ca: Path | None, log: list[str] | None = Non
 
 
 def test_node_publishes_and_samples_over_wss(relay: RelayProcess, pki: PKI) -> None:
-    a = _client(relay.url, A, pki.ca)
-    b = _client(f"wss://localhost:{relay.port}", B, pki.ca)  # the certificate names both
+    log_a: list[str] = []
+    log_b: list[str] = []
+    a = _client(relay.url, A, pki.ca, log_a)
+    b = _client(f"wss://localhost:{relay.port}", B, pki.ca, log_b)  # the certificate names both
     ack = a.publish(_groups(A.node_id, 2))
-    assert ack is not None and ack.accepted == 2
+    assert ack is not None and ack.accepted == 2, log_a
     got = b.sample(4, None)
-    assert len(got) == 2 and all(b.screen(g) is None for g in got)
+    # One CI run under load saw 0 here (never reproduced alone): the clients' own lines say whether b was linked.
+    assert len(got) == 2, (b.connected, log_b, log_a)
+    assert all(b.screen(g) is None for g in got)
     assert (b.report(1, [group_digest(g.group) for g in got]) or None) is not None
     stats = a.stats()
     assert stats is not None and stats.you.groups_shared == 2 and stats.you.groups_adopted == 2
