@@ -284,7 +284,7 @@ def test_the_progress_line_counts_the_whole_run_across_workers():
 
     from engine.lab.experiment import EtaPrinter, Progress
 
-    shared = Progress.local(10)
+    shared = Progress.start(10)
     shared.t0 -= 100  # 100 s into the run
     w0, w1 = io.StringIO(), io.StringIO()
     EtaPrinter(shared, w0).tick("a")

@@ -306,7 +306,7 @@ def run_workers(plans: list[Plan], stream: Any = sys.stderr) -> None:
         run_plan(plans[0], stream)
         return
     ctx = multiprocessing.get_context("spawn")
-    shared = Progress.shared(ctx, agent_rounds_left(plans[0]))  # one count and ETA for the whole run
+    shared = Progress.start(agent_rounds_left(plans[0]), ctx)  # one count and ETA for the whole run
     procs = [ctx.Process(target=_worker, args=(p, w, os.getpid(), shared), name=f"experiment-worker-{w}")
              for w, p in enumerate(plans)]
     for proc in procs:
@@ -368,12 +368,9 @@ class Progress:
     t0: float  # time.time() at the run's start: the same clock in every worker
 
     @classmethod
-    def shared(cls, ctx: Any, total: int) -> Progress:
+    def start(cls, total: int, ctx: Any = multiprocessing) -> Progress:
+        """Counters from ``ctx`` (a multiprocessing context, so spawned workers can be handed them)."""
         return cls(ctx.Value("q", total), ctx.Value("q", 0), time.time())
-
-    @classmethod
-    def local(cls, total: int) -> Progress:
-        return cls(multiprocessing.Value("q", total), multiprocessing.Value("q", 0), time.time())
 
 
 class EtaPrinter:
@@ -422,7 +419,7 @@ def run_plan(plan: Plan, stream: Any = sys.stderr, shared: Progress | None = Non
               for m in (plan.models or [None])]
     backbones = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in models]
     ran_on = machine(backbones[0])  # once: the same for every cell of this worker
-    progress = EtaPrinter(shared or Progress.local(agent_rounds_left(plan)), stream)
+    progress = EtaPrinter(shared or Progress.start(agent_rounds_left(plan)), stream)
     relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
         for config, seed, overrides in cells:
@@ -630,8 +627,8 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
                 a.deactivate()
             append_record(path, round_record(config, seed, a.index, m, a.model))
             progress.tick(f"{config} seed {seed} round {rnd}/{rounds} agent {a.index}: "
-                                        f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
-                                        f"({m.get('external_groups', 0)} external), {m['round_s']:.0f}s")
+                          f"reward {m['reward_mean']:.3f}, trained {m['groups_trained']} groups "
+                          f"({m.get('external_groups', 0)} external), {m['round_s']:.0f}s")
     evals: dict[str, dict[str, Any]] = {"eval": {}, "eval_start": {}, "eval_middle": {}}
     for a in agents:
         k = str(a.index)
