@@ -11,9 +11,11 @@ import shutil
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 
@@ -27,6 +29,7 @@ from wire.protocol import Group, group_digest
 from relay_process import RelayProcess
 from tls_certs import PKI, make_pki
 
+T = TypeVar("T")
 A, B = Identity.from_seed(b"\x11" * 32), Identity.from_seed(b"\x12" * 32)
 
 
@@ -55,15 +58,31 @@ def _client(url: str, me: Identity, ca: Path | None, log: list[str] | None = Non
                        timeout_s=15, ca_file=str(ca) if ca else None)  # generous: a loaded CI box
 
 
+def _once_linked(client: SwarmClient, request: Callable[[], T], tries: int = 4) -> T:
+    """The request's answer, asked again after the client's own backoff when its link failed.
+
+    CI runs with both cores busy twice lost this link once (a handshake the relay closed before answering, "did
+    not receive a valid HTTP response"; a sample that came back empty); the node itself retries next round. What this file tests is TLS, so a dropped link
+    is retried here the way the node would, and a link that never comes up still fails the test.
+    """
+    answer = request()
+    for _ in range(tries - 1):
+        if client.connected:
+            return answer
+        time.sleep(max(0.0, client._next_try - time.monotonic()) + 0.1)
+        answer = request()
+    return answer
+
+
 def test_node_publishes_and_samples_over_wss(relay: RelayProcess, pki: PKI) -> None:
     log_a: list[str] = []
     log_b: list[str] = []
     a = _client(relay.url, A, pki.ca, log_a)
     b = _client(f"wss://localhost:{relay.port}", B, pki.ca, log_b)  # the certificate names both
-    ack = a.publish(_groups(A.node_id, 2))
+    groups = _groups(A.node_id, 2)
+    ack = _once_linked(a, lambda: a.publish(groups))
     assert ack is not None and ack.accepted == 2, log_a
-    got = b.sample(4, None)
-    # One CI run under load saw 0 here (never reproduced alone): the clients' own lines say whether b was linked.
+    got = _once_linked(b, lambda: b.sample(4, None))
     assert len(got) == 2, (b.connected, log_b, log_a)
     assert all(b.screen(g) is None for g in got)
     assert (b.report(1, [group_digest(g.group) for g in got]) or None) is not None
