@@ -1,0 +1,111 @@
+"""Does ``torch.compile`` shorten an experiment round's training step? Plain and compiled steps side by side.
+
+    python benchmarks/bench_compile.py [--what mlp+norm|layer] [--pairs 4] [--threads 1]
+
+The work of benchmarks/profile_step.py (4 real groups of L = 4, <= 48 tokens, the second two as peers' under
+``drop``, the bundled model, the engine's automatic dtype, one thread as experiment workers run). One process,
+one trainer; the compiled and the plain modules are swapped in and out, so the two take turns on the same
+weights and groups (``--pairs`` turns; the fastest of each counts). What is compiled (``dynamic=True``, as group
+lengths change every step):
+- ``mlp+norm``: each decoder layer's MLP (with its LoRA adapters) and its two RMS norms: the small elementwise
+  operations around the matrix products, where profile_step.py found a third of the step;
+- ``layer``: each decoder layer's whole forward (the attention reads the shared prompt beginnings' keys/values
+  from the trainer's cache object, which dynamo guards on per layer).
+For issue 22: the lever profile_step.py left untried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _swap_inner_forward(layer: object, forward: object) -> None:
+    """Point the trainer's per-layer checkpointing wrapper (``_checkpointable``) at ``forward``."""
+    wrapper = layer.forward  # type: ignore[attr-defined]
+    cell = wrapper.__closure__[wrapper.__code__.co_freevars.index("forward")]
+    cell.cell_contents = forward
+
+
+def main() -> None:
+    import bench_train
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", choices=("mlp+norm", "layer"), default="mlp+norm")
+    ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SAPO_CACHE_DIR") or
+                                                      Path(tempfile.gettempdir()) / "sapo-bench-cache"))
+    args = ap.parse_args()
+
+    import torch
+
+    from engine.learning.policy import attach_lora, load_base, lora_config
+    from engine.learning.trainer import TrainConfig, Trainer
+    from engine.models.accel import choose_device, choose_dtype, memory_budget
+    from engine.models.hardware import tune_allocator
+    from engine.tasks.groups import TrainGroup
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "groups.json"
+        bench_train.make_groups("easy", 4, 4, args.cache, args.threads, path)
+        raw = json.loads(path.read_text())
+    groups = [TrainGroup(g["prompt"], [c[:48] for c in g["completions"]], g["advantages"], external=k >= 2)
+              for k, g in enumerate(raw)]
+    tune_allocator()
+    torch.set_num_threads(args.threads)
+    device = choose_device("cpu")
+    dtype = choose_dtype("auto", device)
+    torch.manual_seed(0)
+    model = attach_lora(load_base(bench_train._model_path(args.cache), args.cache / "torch", dtype=dtype, device=device),
+                        lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"]))
+    trainer = Trainer(model, TrainConfig(micro_batch=8, external_negatives="drop",
+                                         memory_budget=memory_budget(None, device)))
+    layers = trainer.layers
+    if args.what == "layer":
+        plain = [layer.forward.__closure__[layer.forward.__code__.co_freevars.index("forward")].cell_contents
+                 for layer in layers]
+        compiled = [torch.compile(f, dynamic=True) for f in plain]
+
+        def use(which: str) -> None:
+            for layer, f in zip(layers, plain if which == "plain" else compiled):
+                _swap_inner_forward(layer, f)
+    else:
+        parts = ("mlp", "input_layernorm", "post_attention_layernorm")
+        plain_m = [{p: getattr(layer, p) for p in parts} for layer in layers]
+        compiled_m = [{p: torch.compile(m, dynamic=True) for p, m in d.items()} for d in plain_m]
+
+        def use(which: str) -> None:
+            for layer, d in zip(layers, plain_m if which == "plain" else compiled_m):
+                for p, m in d.items():
+                    setattr(layer, p, m)
+
+    trainer.step(groups[:1])  # first-call costs
+    use("compiled")
+    t0 = time.perf_counter()
+    trainer.step(groups)
+    print(f"first compiled step (compiling): {time.perf_counter() - t0:.1f} s", flush=True)
+    times: dict[str, list[float]] = {"plain": [], "compiled": []}
+    for _ in range(args.pairs):
+        for which in times:
+            use(which)
+            t0 = time.perf_counter()
+            trainer.step(groups)
+            times[which].append(time.perf_counter() - t0)
+    print(json.dumps({"what": args.what, "dtype": str(dtype).removeprefix("torch."), "threads": args.threads,
+                      **{k: [round(t, 2) for t in v] for k, v in times.items()},
+                      "fastest": {k: round(min(v), 2) for k, v in times.items()},
+                      "compiled_speedup": round(min(times["plain"]) / min(times["compiled"]), 3)}))
+
+
+if __name__ == "__main__":
+    main()
