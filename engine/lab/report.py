@@ -132,6 +132,13 @@ def held_out_so_far(cell: Path, seed: int) -> dict[str, Any] | None:
 
 
 PER_SEED = {"seed", "heldout_draw"}  # settings a run varies by seed (``--heldout-per-seed``), not by design
+# Settings that change how fast a cell runs, not what it learns (engine/config.py's resource and training-speed
+# settings; micro-batches are exact, and bf16 moves token log-probs by <= 0.002 nats against fp32,
+# docs/BENCHMARKS.md). A cell that differs from its configuration only in these stays in it, and the report
+# names the cell and the difference ("ran with"): `auto` already trains in fp32 on one machine and bf16 on
+# another, so a cell made to match its seed's machine (--train-dtype fp32 on a bf16 one) is the same design.
+SPEED = {"threads", "cpu_limit", "schedule", "pause_on_battery", "train_dtype", "checkpointing", "shared_prefix",
+         "train_memory_mb", "micro_batch", "device", "gpu_layers"}
 
 
 def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
@@ -174,12 +181,14 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
                 base = settings
             first_cell.setdefault((config, seed), settings)
             first_config.setdefault(config, settings)
-            changed = [f"{k} {v}" for k, v in settings.items() if k in base and base[k] != v]
+            differs = [f"{k} {v}" for k, v in settings.items() if k in base and base[k] != v]
+            changed = [d for d in differs if d.split(" ", 1)[0] not in SPEED]
+            ran_with = ", ".join(d for d in differs if d.split(" ", 1)[0] in SPEED)
             name = f"{config} [{', '.join(changed)}]" if changed else config
             if where.setdefault((name, seed), cell) != cell:
                 raise SapoError(f"{name} seed {seed} is both in {where[(name, seed)]} and in {cell} with the same "
                                 "settings: report one of them")
-            records += [r | {"config": name} for r in rounds]
+            records += [r | {"config": name} | ({"ran_with": ran_with} if ran_with else {}) for r in rounds]
             done = path.parent / "done.json"
             if done.exists():
                 data = json.loads(done.read_text())
@@ -611,6 +620,15 @@ def partial_note(evals: dict[tuple[str, int], dict[str, Any]]) -> str:
             "out of the held-out columns):\n" + "\n".join(lines) + "\n")
 
 
+def ran_with_note(records: list[dict[str, Any]]) -> str:
+    """The cells that ran with other speed settings than their configuration's first cell (``SPEED``)."""
+    cells = sorted({(r["config"], int(r["seed"]), r["ran_with"]) for r in records if r.get("ran_with")})
+    if not cells:
+        return ""
+    return ("\nCells counted in their configuration that ran with other speed settings (not the method's):\n"
+            + "\n".join(f"- {c} seed {s}: {w}" for c, s, w in cells) + "\n")
+
+
 def only_seeds(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]], seeds: set[int]
                ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
     """The records and evaluations of these seeds only (a report on a part of a run)."""
@@ -631,7 +649,8 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
     if against is not None and against not in {r["config"] for r in records}:
         have = ", ".join(dict.fromkeys(r["config"] for r in records))
         raise SapoError(f"no configuration {against!r} to pair with (the runs have {have})")
-    text = format_table(table(records, evals)) + partial_note(evals) + format_paired(paired(records, evals))
+    text = (format_table(table(records, evals)) + partial_note(evals) + ran_with_note(records)
+            + format_paired(paired(records, evals)))
     if against is not None and against != "alone":
         text += format_paired(paired(records, evals, against), against) + phases(records, against)
     text += task_course(evals) + phases(records) + group_mix(records) + cost(records, evals)
