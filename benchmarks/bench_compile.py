@@ -42,11 +42,18 @@ def main() -> None:
     ap.add_argument("--what", choices=("mlp+norm", "layer"), default="mlp+norm")
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--recompile-limit", type=int, default=None,
+                    help="dynamo's recompiles per function (its default, 8, leaves most layers eager under `layer`: "
+                         "each layer's cache index is a guard)")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SAPO_CACHE_DIR") or
                                                       Path(tempfile.gettempdir()) / "sapo-bench-cache"))
     args = ap.parse_args()
 
     import torch
+
+    if args.recompile_limit is not None:
+        torch._dynamo.config.recompile_limit = args.recompile_limit
+        torch._dynamo.config.accumulated_recompile_limit = max(256, 4 * args.recompile_limit)
 
     from engine.learning.policy import attach_lora, load_base, lora_config
     from engine.learning.trainer import TrainConfig, Trainer
@@ -101,7 +108,7 @@ def main() -> None:
             t0 = time.perf_counter()
             trainer.step(groups)
             times[which].append(time.perf_counter() - t0)
-    print(json.dumps({"what": args.what, "dtype": str(dtype).removeprefix("torch."), "threads": args.threads,
+    print(json.dumps({"what": args.what, "recompile_limit": torch._dynamo.config.recompile_limit, "dtype": str(dtype).removeprefix("torch."), "threads": args.threads,
                       **{k: [round(t, 2) for t in v] for k, v in times.items()},
                       "fastest": {k: round(min(v), 2) for k, v in times.items()},
                       "compiled_speedup": round(min(times["plain"]) / min(times["compiled"]), 3)}))
