@@ -36,8 +36,6 @@ def _swap_inner_forward(layer: object, forward: object) -> None:
 
 
 def main() -> None:
-    import bench_train
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--what", choices=("mlp+norm", "layer"), default="mlp+norm")
     ap.add_argument("--pairs", type=int, default=4)
@@ -55,28 +53,9 @@ def main() -> None:
         torch._dynamo.config.recompile_limit = args.recompile_limit
         torch._dynamo.config.accumulated_recompile_limit = max(256, 4 * args.recompile_limit)
 
-    from engine.learning.policy import attach_lora, load_base, lora_config
-    from engine.learning.trainer import TrainConfig, Trainer
-    from engine.models.accel import choose_device, choose_dtype, memory_budget
-    from engine.models.hardware import tune_allocator
-    from engine.tasks.groups import TrainGroup
+    from profile_step import experiment_step
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "groups.json"
-        bench_train.make_groups("easy", 4, 4, args.cache, args.threads, path)
-        raw = json.loads(path.read_text())
-    groups = [TrainGroup(g["prompt"], [c[:48] for c in g["completions"]], g["advantages"], external=k >= 2)
-              for k, g in enumerate(raw)]
-    tune_allocator()
-    torch.set_num_threads(args.threads)
-    device = choose_device("cpu")
-    dtype = choose_dtype("auto", device)
-    torch.manual_seed(0)
-    model = attach_lora(load_base(bench_train._model_path(args.cache), args.cache / "torch", dtype=dtype, device=device),
-                        lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                  "down_proj"]))
-    trainer = Trainer(model, TrainConfig(micro_batch=8, external_negatives="drop",
-                                         memory_budget=memory_budget(None, device)))
+    trainer, groups, dtype = experiment_step(args.cache, threads=args.threads)
     layers = trainer.layers
     if args.what == "layer":
         plain = [layer.forward.__closure__[layer.forward.__code__.co_freevars.index("forward")].cell_contents

@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,9 +37,40 @@ def kind(name: str) -> str:
     return "other (elementwise, copies, autograd)"
 
 
-def main() -> None:
+def experiment_step(cache: Path, groups: int = 4, completions: int = 4, max_tokens: int = 48, threads: int = 1,
+                    micro_batch: int = 8) -> tuple[Any, list[Any], Any]:
+    """(trainer, groups, dtype) for one experiment round's update: real groups sampled by llama.cpp, the second
+    half as peers' (``drop``), the bundled model with the run's LoRA, the engine's automatic dtype."""
     import bench_train
+    import torch
 
+    from engine.learning.policy import attach_lora, load_base, lora_config
+    from engine.learning.trainer import TrainConfig, Trainer
+    from engine.models.accel import choose_device, choose_dtype, memory_budget
+    from engine.models.hardware import tune_allocator
+    from engine.tasks.groups import TrainGroup
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "groups.json"
+        bench_train.make_groups("easy", groups, completions, cache, threads, path)
+        raw = json.loads(path.read_text())
+    half = len(raw) // 2
+    made = [TrainGroup(g["prompt"], [c[:max_tokens] for c in g["completions"]], g["advantages"],
+                       external=k >= half) for k, g in enumerate(raw)]
+    tune_allocator()
+    torch.set_num_threads(threads)
+    device = choose_device("cpu")
+    dtype = choose_dtype("auto", device)
+    torch.manual_seed(0)
+    model = attach_lora(load_base(bench_train._model_path(cache), cache / "torch", dtype=dtype, device=device),
+                        lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"]))
+    trainer = Trainer(model, TrainConfig(micro_batch=micro_batch, external_negatives="drop",
+                                         memory_budget=memory_budget(None, device)))
+    return trainer, made, dtype
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=4)
     ap.add_argument("--completions", type=int, default=4)
@@ -53,29 +85,8 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.learning.policy import attach_lora, load_base, lora_config
-    from engine.learning.trainer import TrainConfig, Trainer
-    from engine.models.accel import choose_device, choose_dtype, memory_budget
-    from engine.models.hardware import tune_allocator
-    from engine.tasks.groups import TrainGroup
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "groups.json"
-        bench_train.make_groups("easy", args.groups, args.completions, args.cache, args.threads, path)
-        raw = json.loads(path.read_text())
-    half = len(raw) // 2
-    groups = [TrainGroup(g["prompt"], [c[:args.max_tokens] for c in g["completions"]], g["advantages"],
-                         external=k >= half) for k, g in enumerate(raw)]
-    tune_allocator()
-    torch.set_num_threads(args.threads)
-    device = choose_device("cpu")
-    dtype = choose_dtype("auto", device)
-    torch.manual_seed(0)
-    model = attach_lora(load_base(bench_train._model_path(args.cache), args.cache / "torch", dtype=dtype, device=device),
-                        lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                  "down_proj"]))
-    trainer = Trainer(model, TrainConfig(micro_batch=args.micro_batch, external_negatives="drop",
-                                         memory_budget=memory_budget(None, device)))
+    trainer, groups, dtype = experiment_step(args.cache, args.groups, args.completions, args.max_tokens,
+                                             args.threads, args.micro_batch)
     trainer.step(groups[:1])  # first-call costs
     times = []
     for _ in range(args.steps):

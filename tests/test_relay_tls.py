@@ -62,8 +62,9 @@ def _once_linked(client: SwarmClient, request: Callable[[], T], tries: int = 4) 
     """The request's answer, asked again after the client's own backoff when its link failed.
 
     CI runs with both cores busy twice lost this link once (a handshake the relay closed before answering, "did
-    not receive a valid HTTP response"; a sample that came back empty); the node itself retries next round. What this file tests is TLS, so a dropped link
-    is retried here the way the node would, and a link that never comes up still fails the test.
+    not receive a valid HTTP response"; a sample that came back empty); the node itself retries next round.
+    What this file tests is TLS, so a dropped link is retried here the way the node would, and a link that
+    never comes up still fails the test.
     """
     answer = request()
     for _ in range(tries - 1):

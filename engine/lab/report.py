@@ -181,9 +181,9 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
                 base = settings
             first_cell.setdefault((config, seed), settings)
             first_config.setdefault(config, settings)
-            differs = [f"{k} {v}" for k, v in settings.items() if k in base and base[k] != v]
-            changed = [d for d in differs if d.split(" ", 1)[0] not in SPEED]
-            ran_with = ", ".join(d for d in differs if d.split(" ", 1)[0] in SPEED)
+            differs = {k: v for k, v in settings.items() if k in base and base[k] != v}
+            changed = [f"{k} {v}" for k, v in differs.items() if k not in SPEED]
+            ran_with = ", ".join(f"{k} {v}" for k, v in differs.items() if k in SPEED)
             name = f"{config} [{', '.join(changed)}]" if changed else config
             if where.setdefault((name, seed), cell) != cell:
                 raise SapoError(f"{name} seed {seed} is both in {where[(name, seed)]} and in {cell} with the same "
