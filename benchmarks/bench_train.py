@@ -7,10 +7,11 @@ rewards (a group without reward spread gets +1/-1 advantages instead of being dr
 step costs the same either way). Variants, each in its own process (peak RSS is per process):
   today:   each completion re-runs its prompt, fp32, checkpointing always (the step before issue 11)
   fp32:    shared prompt per group, fp32, checkpointing only over the memory budget
-  default: shared prompt per group, the engine's automatic dtype (bf16 where the CPU has
-           avx512_bf16/AMX), checkpointing only over the memory budget, and (issue 22) a common
-           beginning of a micro-batch's prompts run once
-  pergroup: the default without that (each group's whole prompt runs once: issue 11's step)
+  default: the engine's automatic dtype (bf16 where the CPU has avx512_bf16/AMX), checkpointing
+           only over the memory budget, each micro-batch one tree (issue 22: each distinct prompt
+           token once, every token of the micro-batch in one pass)
+  old:     the default step of an older checkout (``--old``, e.g. a worktree of 321fbd8: the
+           beginnings in passes of their own, each micro-batch's rests and completions in two more)
   wide:    the default with micro-batches of up to 16 completions instead of 8, so more groups
            of one task share a micro-batch (memory permitting)
   peers-all, peers: a sharing round's update, the second half of the groups from peers: their
@@ -44,7 +45,7 @@ VARIANTS = {
     "today": {"shared_prefix": False, "checkpointing": "always", "dtype": "fp32"},
     "fp32": {"shared_prefix": True, "checkpointing": "auto", "dtype": "fp32"},
     "default": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},
-    "pergroup": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "common": False},
+    "old": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},  # run with --old's engine
     "wide": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "micro_batch": 16},
     "peers-all": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "onpolicy"},
     "peers": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "drop"},
@@ -94,10 +95,6 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
     tune_allocator()  # as the engine does at start
     torch.set_num_threads(threads)
     v = VARIANTS[variant]
-    if not v.get("common", True):  # issue 11's step: no prompt beginning shared across groups
-        import engine.learning.packing as packing
-
-        packing.MIN_SHARED = 1 << 30
     device = choose_device(device_setting)  # the CPU unless --device says otherwise (scripts/gpu_check.sh: auto)
     dtype = choose_dtype(v["dtype"], device)
     raw = json.loads(groups_file.read_text())
@@ -121,7 +118,7 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
         if device.type == "cuda":
             torch.cuda.synchronize()
         print(json.dumps({
-            "variant": variant, "device": device.type, "dtype": str(dtype).replace("torch.", ""),
+            "variant": variant, "engine": str(Path(sys.modules["engine"].__file__).parents[1]), "device": device.type, "dtype": str(dtype).replace("torch.", ""),
             "step_s": round(time.perf_counter() - t0, 2),
             "loss": stats.loss, "logprob_mean": round(stats.logprob_mean, 6), "grad_norm": round(stats.grad_norm, 6),
             "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
@@ -154,7 +151,12 @@ def compare(args: argparse.Namespace, label: str, groups_file: Path, completions
         cmd = [sys.executable, __file__, "--child", variant, str(groups_file), str(completions), "--cache",
                str(args.cache), "--threads", str(args.threads), "--micro-batch", str(args.micro_batch),
                "--device", args.device]
-        procs[variant] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        env = dict(os.environ)
+        if variant == "old":  # the older checkout's engine comes first on the path
+            if args.old is None:
+                sys.exit("the variant old needs --old CHECKOUT")
+            env["PYTHONPATH"] = os.pathsep.join([str(args.old), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        procs[variant] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     results: dict[str, dict] = {}
     for variant, proc in procs.items():
         if not proc.stdout or not proc.stdout.readline():
@@ -204,8 +206,9 @@ def main() -> None:
     ap.add_argument("--lengths", default="4,8", help="group sizes L (full run)")
     ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
     ap.add_argument("--variants", default="today,fp32,default",
-                    help="variants to time, the first is the base of the ratios (issue 22: pergroup,default,wide; "
-                         "peers-all,peers)")
+                    help="variants to time, the first is the base of the ratios (issue 22: old,default,wide "
+                         "with --old; peers-all,peers)")
+    ap.add_argument("--old", type=Path, help="an older checkout (git worktree) for the variant old")
     ap.add_argument("--device", default="cpu", help="where the step trains: cpu (the default), cuda, mps or auto")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
