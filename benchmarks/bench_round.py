@@ -67,8 +67,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4, help="rounds per run (the first is left out)")
     ap.add_argument("--pairs", type=int, default=1, help="runs of each version, in rotating order")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--versions", default="ref,same,new", help="which of ref, same, new to run (old: with --old)")
     args = ap.parse_args()
-    trees = {"ref": ROOT, "same": ROOT, "new": ROOT}
+    trees = {who: ROOT for who in args.versions.split(",") if who in FLAGS and who != "old"}
     if args.old:
         trees["old"] = args.old.resolve()
     names = list(trees)
