@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.policy import attach_lora, lora_config
-from engine.learning.packing import prompt_tree, tree_batch, tree_tokens
+from engine.learning.packing import MIN_SHARED, plan_prefixes, prompt_tree, tree_batch, tree_tokens
 from engine.learning.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
 
 EXACT = 1e-5  # relative, fp32
-PREAMBLE = 8  # tokens of each task's preamble in ``preamble_groups``
+PREAMBLE = MIN_SHARED  # tokens of each task's preamble in ``preamble_groups``: long enough to be run apart
 
 
 def tiny_policy(seed: int = 0, attn: str | None = None, bf16: bool = False, arch: str = "llama"):
@@ -183,6 +183,40 @@ def test_a_tree_batch_is_one_row_whose_targets_come_from_the_position_before():
     assert m[9] == [1, 0, 0, 1, 0, 0, 0, 1, 1, 1]
 
 
+def test_a_row_after_its_beginnings_sees_only_its_own():
+    """Prompts whose first 3 (family 1) or 2 (family 0) tokens ran before: those keys come first, each
+    token sees its prompt's beginning, and positions go on from the beginning's end."""
+    b = tree_batch([[10, 11, 12, 5], [10, 11, 7, 7]], [[1], [2, 2]], rows=[0, 1], cuts=[3, 2], families=[1, 0])
+    assert b.beginnings == (1, 0) and b.lengths == (3, 2)
+    assert b.ids.tolist() == [[5, 7, 7, 1, 2, 2]] and b.positions.tolist() == [[3, 2, 3, 4, 4, 5]]
+    assert b.key_positions().tolist() == [[0, 1, 2, 0, 1, 3, 2, 3, 4, 4, 5]]
+    m = b.mask()[0, 0].int().tolist()  # keys: family 1's 3, family 0's 2, then the row's 6
+    assert m[0] == [1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert m[2] == [0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0]
+    assert m[5] == [0, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1]
+    assert b.source.tolist() == [0, 2, 4]
+    # rests after different beginnings never share a segment, even when they begin alike
+    segments, _ = prompt_tree([[7, 8], [7, 9]], keys=[1, 2], offsets=[10, 4])
+    assert len(segments) == 2 and [s.start for s in segments] == [10, 4]
+
+
+def test_the_plan_runs_the_root_and_each_tasks_preamble_once():
+    root = list(range(100, 100 + MIN_SHARED))
+    task_a, task_b = root + list(range(MIN_SHARED)), root + list(range(50, 50 + MIN_SHARED))
+    prompts = [task_a + [1], task_b + [2], task_a + [3, 3], task_b + [4], root + [9, 9]]
+    plan = plan_prefixes(prompts)
+    assert plan.families[0] == tuple(root)
+    assert set(plan.families[1:]) == {tuple(task_a), tuple(task_b)}
+    assert [plan.prefix_len(p) for p in prompts] == [len(task_a), len(task_b), len(task_a), len(task_b), len(root)]
+    assert plan.tokens == len(root) + 2 * MIN_SHARED  # the root once, each preamble's own part once
+    # every prompt keeps a token of its own; a repeated prompt (a split group) shares all but its last
+    same = plan_prefixes([task_a + [1], task_a + [1]])
+    assert same.prefix_len(task_a + [1]) == len(task_a)
+    assert plan_prefixes([root + [1]]).tokens == 0  # one prompt: nothing to share
+    short = [list(range(MIN_SHARED - 1)) + [1], list(range(MIN_SHARED - 1)) + [2]]
+    assert plan_prefixes(short).tokens == 0  # too short to pay for a pass of its own
+
+
 def test_micro_batches_never_split_a_group():
     gs = groups()
     assert [len(b) for b in micro_batches(gs, 6)] == [1, 2, 1]  # 4 | 3 + 2 | 4 completions
@@ -262,8 +296,8 @@ def test_shared_prefix_equals_per_sequence_on_other_architectures(arch):
 @pytest.mark.parametrize("micro, ckpt", [(100, "never"), (8, "always"), (6, "never")])
 def test_a_common_beginning_run_once_changes_nothing(arch, attn, micro, ckpt):
     """Prompts that begin alike (issue 22): the root all five share and each task's preamble run once per
-    micro-batch, with the loss, log-probs and LoRA gradients of every completion run with its own whole
-    prompt, whatever the micro-batches. Gemma's window (4) is shorter than any prompt."""
+    update, whatever the micro-batches, with the loss, log-probs and LoRA gradients of every completion
+    run with its own whole prompt. Gemma's window (4) is shorter than any prompt."""
     ref_stats, ref = run(tiny_policy(arch=arch, attn=attn), preamble_groups(), micro_batch=1, shared_prefix=False,
                          checkpointing="never")
     stats, got = run(tiny_policy(arch=arch, attn=attn), preamble_groups(), micro_batch=micro, checkpointing=ckpt)
@@ -274,9 +308,9 @@ def test_a_common_beginning_run_once_changes_nothing(arch, attn, micro, ckpt):
     # the 9-token root once, each task's preamble once, each question once (or less, where two begin alike)
     rests = sum(len(g.prompt_ids) - 9 - PREAMBLE for g in preamble_groups())
     prompts = [g.prompt_ids for g in preamble_groups()]
-    if micro == 100:  # one micro-batch
-        assert stats.prompt_tokens == distinct_beginnings(prompts) <= rests + 9 + 2 * PREAMBLE
-    assert stats.prompt_tokens < once_per_group
+    assert stats.prompt_tokens <= rests + 9 + 2 * PREAMBLE < once_per_group
+    if micro == 100:  # one micro-batch: each distinct beginning once
+        assert stats.prompt_tokens == distinct_beginnings(prompts)
 
 
 def test_a_sliding_window_changes_the_result():

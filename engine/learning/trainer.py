@@ -1,10 +1,12 @@
 """One GRPO update of the LoRA policy per round.
 
 Speed and memory are the point of this module.
-- Shared prefix: a micro-batch runs as one tree (``engine.learning.packing``): every distinct prompt
-  token once (the system prompt and a task's worked examples once for all of that task's groups, a
-  group's question once for its L completions), every completion once, in one forward and backward
-  pass. The per-sequence path (each completion with its own copy of the prompt) stays as the
+- Shared prefix: every distinct prompt token runs once (``engine.learning.packing``). The beginnings
+  the update's prompts share (system prompt, a task's worked examples) once per update: without
+  autograd before the micro-batches, again with it after them for their summed gradient, so that
+  they hold only their keys/values in between. Each micro-batch is then one row and one pass: its
+  prompts' rests as a tree, each completion a leaf under its prompt. A micro-batch is a set of whole
+  groups. The per-sequence path (each completion with its own copy of the prompt) stays as the
   reference the tests and the benchmark compare against (``shared_prefix=False``).
 - Checkpointing only when needed: each micro-batch's activation memory is estimated (and
   the estimate calibrated by measurement, ``engine.learning.memory``) and micro-batches are formed
@@ -27,10 +29,11 @@ the first update, with the current policy.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, fields
-from typing import Callable, Sequence, Union
+from typing import Callable, Iterator, Sequence, Union
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -40,7 +43,8 @@ from engine.models.accel import MAX_AUTO_BUDGET
 from engine.tasks.groups import TrainGroup, TrainSequence
 from engine.learning.grpo import clipped_token_loss
 from engine.learning.offpolicy import carries_gradient, token_weights
-from engine.learning.packing import hidden_for_targets, tree_batch, tree_tokens
+from engine.learning.packing import (PrefixCache, PrefixPlan, gather_prefix, hidden_for_targets, plan_prefixes,
+                                     run_prefixes, tree_batch, tree_tokens)
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes
 
 # peft still asks for transformers' old checkpointing property names; nothing for a user to act on.
@@ -94,7 +98,7 @@ class TrainStats:
     clip_high_frac: float
     grad_norm: float
     seconds: float
-    prompt_tokens: int = 0  # prompt tokens run through the model: each distinct beginning once per micro-batch
+    prompt_tokens: int = 0  # prompt tokens run through the model (a group's once, a micro-batch's common beginning once)
     prompt_tokens_per_group: int = 0  # the same counted once per group part (issue 11's step), for comparison
     micro_batches: int = 0
     checkpointed: int = 0  # micro-batches that recomputed activations in backward
@@ -162,7 +166,7 @@ def make_optimizer(cfg: TrainConfig, params: list[torch.nn.Parameter]) -> torch.
 def _checkpointable(layer: torch.nn.Module) -> None:
     """Let ``layer.sapo_checkpoint`` switch recomputation of this layer on and off per call.
 
-    Not transformers' own switch: that one is for the whole model and every call, this one per micro-batch.
+    Not transformers' own switch: that one drops the KV cache the shared prefix needs.
     """
     if hasattr(layer, "sapo_checkpoint"):
         return
@@ -175,6 +179,22 @@ def _checkpointable(layer: torch.nn.Module) -> None:
         return forward(*args, **kwargs)
 
     layer.forward = maybe_checkpointed
+
+
+def _rng_state(module: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    dev = next(module.parameters()).device
+    return torch.get_rng_state(), torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
+
+
+@contextlib.contextmanager
+def _rng_restored(module: torch.nn.Module, state: tuple[torch.Tensor, torch.Tensor | None]) -> Iterator[None]:
+    """Run with the random state ``state``, leaving the caller's as it was."""
+    dev = next(module.parameters()).device
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], dev)
+        yield
 
 
 def micro_batches(units: Sequence[Unit], size: int,
@@ -245,6 +265,8 @@ class Trainer:
         self.layers = list(self.decoder.layers)
         for layer in self.layers:
             _checkpointable(layer)
+        self._prefixes = PrefixPlan(((),), {})  # the current update's shared prompt beginnings
+        self._prefix_rng = _rng_state(self.decoder)  # the random state the beginnings last ran with
         model.train()
 
     def set_learning_rate(self, lr: float) -> None:
@@ -254,22 +276,28 @@ class Trainer:
 
     # --- one micro-batch: packed completion-token log-probs and their advantages ---
     def _shape(self, batch: list[Unit]) -> BatchShape:
-        if self.cfg.shared_prefix:  # one row (engine.learning.packing): each distinct prompt token once
+        if self.cfg.shared_prefix:  # one row: the rests' tree and the completions, after their beginnings
             groups = [u for u in batch if isinstance(u, TrainGroup)]
-            n = tree_tokens([g.prompt_ids for g in groups]) + sum(len(c) for g in groups for c in g.completions)
-            return BatchShape(n, n)
+            n = self._prompt_tokens(groups) + sum(len(c) for g in groups for c in g.completions)
+            fams = {self._prefixes.family_of.get(tuple(g.prompt_ids), 0) for g in groups}
+            return BatchShape(n, n + sum(len(self._prefixes.families[f]) for f in fams))
         seqs = [u for u in batch if isinstance(u, TrainSequence)]
         T = max(len(s.prompt_ids) + len(s.completion_ids) for s in seqs)
         return BatchShape(len(seqs) * T, len(seqs) * T)
 
-    def _forward(self, batch: list[Unit]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log-probs, advantages), one per completion token, packed in completion order."""
+    def _forward(self, batch: list[Unit], prefixes: list[PrefixCache | None] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probs, advantages), one per completion token, packed in completion order; ``prefixes``:
+        the update's prompt beginnings (``run_prefixes``), whose keys/values the groups attend to."""
         if self.cfg.shared_prefix:
             groups = [u for u in batch if isinstance(u, TrainGroup)]
             rows = [g for g, grp in enumerate(groups) for _ in grp.completions]
             comps = [c for grp in groups for c in grp.completions]
-            layout = tree_batch([g.prompt_ids for g in groups], comps, rows)
-            hidden, targets = hidden_for_targets(self.decoder, layout), layout.targets
+            fams = [self._prefixes.family_of.get(tuple(g.prompt_ids), 0) for g in groups]
+            cuts = [self._prefixes.prefix_len(g.prompt_ids) if prefixes is not None else 0 for g in groups]
+            layout = tree_batch([g.prompt_ids for g in groups], comps, rows, cuts, fams)
+            prefix = gather_prefix(prefixes, layout.beginnings) if prefixes is not None else None
+            hidden, targets = hidden_for_targets(self.decoder, layout, prefix), layout.targets
             adv = [a for g in groups for a in g.advantages]
         else:
             seqs = [u for u in batch if isinstance(u, TrainSequence)]
@@ -280,10 +308,62 @@ class Trainer:
         return lp, torch.repeat_interleave(torch.tensor(adv, dtype=torch.float32), lens).to(self.device)
 
     def _prompt_tokens(self, batch: list[Unit]) -> int:
-        """Prompt tokens a micro-batch computes: each distinct beginning once (shared prefix), else every prompt."""
-        if self.cfg.shared_prefix:
-            return tree_tokens([u.prompt_ids for u in batch])
-        return sum(len(u.prompt_ids) for u in batch)
+        """Prompt tokens a micro-batch computes: its prompts' rests after their update-wide beginnings, as a
+        tree (each distinct rest once per beginning); every prompt whole on the reference path."""
+        if not self.cfg.shared_prefix:
+            return sum(len(u.prompt_ids) for u in batch)
+        fams = [self._prefixes.family_of.get(tuple(u.prompt_ids), 0) for u in batch]
+        cuts = [self._prefixes.prefix_len(u.prompt_ids) for u in batch]
+        return tree_tokens([u.prompt_ids[c:] for u, c in zip(batch, cuts)], [f if c else -1 for f, c in zip(fams, cuts)])
+
+    def _prefix_bytes(self) -> int:
+        """Memory the beginnings hold while the micro-batches run: their keys/values only, since their
+        passes run without autograd there and again with it at the update's end (``_backward_prefixes``)."""
+        cfg = self.decoder.config
+        layers = cfg.num_hidden_layers
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        cells = sum(len(f) for f in self._prefixes.families)  # each family's keys include the root's
+        # Keys and values, plus their gradients' buffers of the same size.
+        return 4 * layers * kv_heads * head_dim * cells * self.decoder.get_input_embeddings().weight.element_size()
+
+    def _run_prefixes(self, grad: bool) -> list[PrefixCache | None]:
+        """The update's beginnings' keys/values, run once without autograd. With ``grad``, as leaves whose
+        gradients sum over the micro-batches; ``_backward_prefixes`` takes them back through the passes.
+        Why not keep the passes' autograd graph: its activations would live through every micro-batch,
+        and on long preambles that cost more memory than the micro-batches themselves."""
+        self._set_checkpointing(False)
+        self._prefix_rng = _rng_state(self.decoder)  # so that the second pass draws any dropout mask again
+        with torch.no_grad():
+            caches = run_prefixes(self.decoder, self._prefixes)
+        if not grad:
+            return caches
+        for c in caches:
+            if c is not None:
+                for t in (*c.keys.values(), *c.values.values()):
+                    t.requires_grad_()
+        return caches
+
+    def _backward_prefixes(self, leaves: list[PrefixCache | None]) -> None:
+        """The gradient summed at the beginnings' keys/values, back through their passes, run again with
+        autograd: the same computation (the random state is put back, so a LoRA dropout draws the same mask).
+        Costs the beginnings' forward twice, still once per update, not once per group."""
+        if not any(leaf is not None and any(t.grad is not None for t in leaf.keys.values()) for leaf in leaves):
+            return
+        self._set_checkpointing(False)
+        with _rng_restored(self.decoder, self._prefix_rng):
+            caches = run_prefixes(self.decoder, self._prefixes)
+        outs, grads = [], []
+        for c, leaf in zip(caches, leaves):
+            if c is None or leaf is None:
+                continue
+            for mine, theirs in ((c.keys, leaf.keys), (c.values, leaf.values)):
+                for n, t in mine.items():
+                    if theirs[n].grad is not None:
+                        outs.append(t)
+                        grads.append(theirs[n].grad)
+        if outs:
+            torch.autograd.backward(outs, grads)
 
     def _sequence_hidden(self, batch: list[TrainSequence]) -> tuple[torch.Tensor, torch.Tensor]:
         """Each sequence whole (prompt + completion): hidden states predicting its completion tokens."""
@@ -367,7 +447,8 @@ class Trainer:
         """Per micro-batch, packed completion-token log-probs under the current policy (no grad)."""
         was_training = self.model.training
         self.model.eval()
-        out = [self._forward(batch)[0] for batch in batches]
+        prefixes = self._run_prefixes(grad=False) if self.cfg.shared_prefix else None
+        out = [self._forward(batch, prefixes)[0] for batch in batches]
         self.model.train(was_training)
         return out
 
@@ -382,9 +463,15 @@ class Trainer:
         n_seqs = sum(len(g.completions) for g in groups)
         # What cannot move the policy is not run (if nothing can, everything runs as before: zero gradients, a step).
         groups = _with_gradient(groups, self.cfg.external_negatives) or groups
+        self._prefixes = plan_prefixes([g.prompt_ids for g in groups]) if self.cfg.shared_prefix \
+            else PrefixPlan(((),), {})
+        # The beginnings' keys/values live through the update: micro-batches get what is left of the budget.
+        self.plan.budget = max(self.cfg.memory_budget // 4, self.cfg.memory_budget - self._prefix_bytes())
         batches = self._batches(groups)
+        if self.cfg.shared_prefix:  # again, over the parts: a group split in two runs its prompt once too
+            self._prefixes = plan_prefixes([u.prompt_ids for batch in batches for u in batch])
         computed = sum(len(c) for g in groups for c in g.completions)
-        prompt_tokens = sum(self._prompt_tokens(batch) for batch in batches)  # as computed
+        prompt_tokens = self._prefixes.tokens + sum(self._prompt_tokens(batch) for batch in batches)  # as computed
         per_group = sum(len(u.prompt_ids) for batch in batches for u in batch)
         old = self._logprobs(batches) if self.cfg.iterations > 1 else None
         checkpointed = act_bytes = 0
@@ -392,13 +479,14 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = low = high = lp_sum = 0.0
             checkpointed = 0
+            leaves = self._run_prefixes(grad=True) if self.cfg.shared_prefix else None
             for i, batch in enumerate(batches):
                 shape = self._shape(batch)
                 ckpt = self.plan.checkpoint(shape)
                 self._set_checkpointing(ckpt)
                 meter = SavedBytes(self._frozen)
                 with meter:
-                    lp, adv = self._forward(batch)
+                    lp, adv = self._forward(batch, leaves)
                 act_bytes = max(act_bytes, meter.bytes)
                 if ckpt:
                     checkpointed += 1
@@ -418,6 +506,8 @@ class Trainer:
                 if on_micro_batch is not None:  # progress for the app: micro-batches done, of how many
                     on_micro_batch(i + 1, len(batches))
             self._set_checkpointing(False)
+            if leaves is not None:
+                self._backward_prefixes(leaves)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
             self.optimizer.step()
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
