@@ -413,3 +413,17 @@ def test_an_unfinished_cells_end_evaluations_pair_as_far_as_they_went(tmp_path: 
     for e in (cell / "evals").glob("agent-*-round-2.json"):
         e.unlink()
     assert ("swarm", 0) not in load_runs([tmp_path])[1]
+
+
+def test_rounds_offered_no_peers_group_are_named():
+    """A sharing cell whose agents found nothing in the pool (a stopped run, a dead link) says so, by round."""
+    from engine.lab.report import starved_note
+
+    rec = lambda rnd, agent, cand: {"config": "swarm", "seed": 0, "round": rnd, "agent": agent,
+                                    "external_candidates": cand}
+    records = [rec(1, 0, 0), rec(2, 0, 8), rec(2, 1, 0), rec(3, 0, 0), rec(3, 1, 7),
+               {"config": "alone", "seed": 0, "round": 2, "agent": 0}]  # alone has no such field
+    note = starved_note(records)
+    assert "- swarm seed 0: 2 of 4 agent-rounds (rounds 2, 3)" in note
+    assert "- alone" not in note
+    assert starved_note([rec(1, 0, 0), rec(2, 0, 8)]) == ""  # round 1 has no peers' groups yet: not counted

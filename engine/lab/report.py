@@ -629,6 +629,25 @@ def ran_with_note(records: list[dict[str, Any]]) -> str:
             + "\n".join(f"- {c} seed {s}: {w}" for c, s, w in cells) + "\n")
 
 
+def starved_note(records: list[dict[str, Any]]) -> str:
+    """Sharing cells' agent-rounds after the first that were offered no peers' group (``external_candidates``
+    0): the relay link down or the pool's groups past the age a node asks for (600 s), e.g. while a run was
+    stopped. Such rounds trained alone; a cell with many of them measures less sharing than it names."""
+    counts: dict[tuple[str, int], list[int]] = {}
+    for r in records:
+        if r.get("external_candidates") == 0 and int(r["round"]) > 1:
+            counts.setdefault((r["config"], int(r["seed"])), []).append(int(r["round"]))
+    if not counts:
+        return ""
+    lines = []
+    for (c, s), rounds in sorted(counts.items()):
+        total = sum(1 for r in records if r["config"] == c and int(r["seed"]) == s and int(r["round"]) > 1)
+        spans = sorted(set(rounds))
+        lines.append(f"- {c} seed {s}: {len(rounds)} of {total} agent-rounds (rounds {', '.join(map(str, spans))})")
+    return ("\nAgent-rounds after round 1 offered no peers' group (relay link down, or the pool's groups older than a "
+            "node asks for: they trained alone):\n" + "\n".join(lines) + "\n")
+
+
 def only_seeds(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str, Any]], seeds: set[int]
                ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
     """The records and evaluations of these seeds only (a report on a part of a run)."""
@@ -649,7 +668,7 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
     if against is not None and against not in {r["config"] for r in records}:
         have = ", ".join(dict.fromkeys(r["config"] for r in records))
         raise SapoError(f"no configuration {against!r} to pair with (the runs have {have})")
-    text = (format_table(table(records, evals)) + partial_note(evals) + ran_with_note(records)
+    text = (format_table(table(records, evals)) + partial_note(evals) + ran_with_note(records) + starved_note(records)
             + format_paired(paired(records, evals)))
     if against is not None and against != "alone":
         text += format_paired(paired(records, evals, against), against) + phases(records, against)
