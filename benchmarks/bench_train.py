@@ -8,10 +8,10 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   today:   each completion re-runs its prompt, fp32, checkpointing always (the step before issue 11)
   fp32:    shared prompt per group, fp32, checkpointing only over the memory budget
   default: the engine's automatic dtype (bf16 where the CPU has avx512_bf16/AMX), checkpointing
-           only over the memory budget, each micro-batch one tree (issue 22: each distinct prompt
-           token once, every token of the micro-batch in one pass)
-  old:     the default step of an older checkout (``--old``, e.g. a worktree of 321fbd8: the
-           beginnings in passes of their own, each micro-batch's rests and completions in two more)
+           only over the memory budget, the update's shared beginnings once, each micro-batch one
+           row in one pass (issue 22)
+  old:     the default step of an older checkout (``--old``, e.g. a worktree of 321fbd8, whose
+           micro-batches ran their rests and completions in two padded passes)
   wide:    the default with micro-batches of up to 16 completions instead of 8, so more groups
            of one task share a micro-batch (memory permitting)
   peers-all, peers: a sharing round's update, the second half of the groups from peers: their
@@ -118,7 +118,8 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
         if device.type == "cuda":
             torch.cuda.synchronize()
         print(json.dumps({
-            "variant": variant, "engine": str(Path(sys.modules["engine"].__file__).parents[1]), "device": device.type, "dtype": str(dtype).replace("torch.", ""),
+            "variant": variant, "engine": str(Path(sys.modules["engine"].__file__).parents[1]),
+            "device": device.type, "dtype": str(dtype).replace("torch.", ""),
             "step_s": round(time.perf_counter() - t0, 2),
             "loss": stats.loss, "logprob_mean": round(stats.logprob_mean, 6), "grad_norm": round(stats.grad_norm, 6),
             "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,

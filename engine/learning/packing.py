@@ -200,9 +200,17 @@ def prompt_tree(prompts: Sequence[Sequence[int]], keys: Sequence[int] | None = N
     return segments, ends
 
 
-def tree_tokens(prompts: Sequence[Sequence[int]], keys: Sequence[int] | None = None) -> int:
-    """Prompt tokens a tree of these prompts runs: each distinct beginning (per key) once."""
-    return sum(len(s.tokens) for s in prompt_tree(prompts, keys)[0])
+def _keys(cuts: Sequence[int], families: Sequence[int]) -> list[int]:
+    """The beginning each prompt's rest follows: its family when some of it ran before, else none (-1)."""
+    return [f if c else -1 for f, c in zip(families, cuts)]
+
+
+def tree_tokens(prompts: Sequence[Sequence[int]], cuts: Sequence[int] | None = None,
+                families: Sequence[int] | None = None) -> int:
+    """Prompt tokens ``tree_batch`` runs for these prompts: each distinct rest once per beginning."""
+    if cuts is None or families is None:
+        return sum(len(s.tokens) for s in prompt_tree(prompts)[0])
+    return sum(len(s.tokens) for s in prompt_tree([p[c:] for p, c in zip(prompts, cuts)], _keys(cuts, families))[0])
 
 
 @dataclass(frozen=True)
@@ -246,7 +254,7 @@ def tree_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
     G = len(prompts)
     cuts = list(cuts) if cuts is not None else [0] * G
     families = list(families) if families is not None else [0] * G
-    keys = [f if c else -1 for f, c in zip(families, cuts)]  # -1: no beginning
+    keys = _keys(cuts, families)
     segments, ends = prompt_tree([p[c:] for p, c in zip(prompts, cuts)], keys, cuts)
     n_prompt = len(segments)
     segments = segments + [Segment(tuple(c), ends[g], len(prompts[g])) for c, g in zip(completions, rows)]

@@ -312,9 +312,8 @@ class Trainer:
         tree (each distinct rest once per beginning); every prompt whole on the reference path."""
         if not self.cfg.shared_prefix:
             return sum(len(u.prompt_ids) for u in batch)
-        fams = [self._prefixes.family_of.get(tuple(u.prompt_ids), 0) for u in batch]
-        cuts = [self._prefixes.prefix_len(u.prompt_ids) for u in batch]
-        return tree_tokens([u.prompt_ids[c:] for u, c in zip(batch, cuts)], [f if c else -1 for f, c in zip(fams, cuts)])
+        return tree_tokens([u.prompt_ids for u in batch], [self._prefixes.prefix_len(u.prompt_ids) for u in batch],
+                           [self._prefixes.family_of.get(tuple(u.prompt_ids), 0) for u in batch])
 
     def _prefix_bytes(self) -> int:
         """Memory the beginnings hold while the micro-batches run: their keys/values only, since their
