@@ -76,7 +76,7 @@ def test_two_engines_train_on_each_others_groups(tmp_path, relay, model_cache):
         rounds = [e for e in _events(path) if e["type"] == "round"]
         assert [e["round"] for e in rounds] == [1, 2, 3]
         assert all(e["relay_connected"] for e in rounds)
-        assert all(e["learning_rate"] == 4e-4 for e in rounds)  # the swarm's rate (engine/config.py)
+        assert all(e["learning_rate"] == 2e-4 for e in rounds)  # the swarm's rate (engine/config.py)
         assert sum(e["external_groups"] for e in rounds) > 0, "never trained on a peer's group"
         # heldout_leak may refuse an honest group (~1 in 64 measured, docs/SECURITY.md): no other refusal
         assert all(set(e["rejected_reasons"]) <= {"heldout_leak"} for e in rounds), [e["rejected_reasons"] for e in rounds]
@@ -150,11 +150,11 @@ def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
     assert rounds[0]["relay_connected"] and not rounds[1]["relay_connected"] and rounds[-1]["relay_connected"]
     # The swarm's rate while linked, back to it after (a round trained while the link was down took alone's:
     # which rounds those were depends on where in round 2 the kill fell; the unreachable test pins it).
-    assert rounds[0]["learning_rate"] == rounds[-1]["learning_rate"] == 4e-4
-    assert {e["learning_rate"] for e in rounds} <= {1e-4, 4e-4}
+    assert rounds[0]["learning_rate"] == rounds[-1]["learning_rate"] == 2e-4
+    assert {e["learning_rate"] for e in rounds} <= {1e-4, 2e-4}
     said = [e["message"] for e in events if e["type"] == "status" and "learning rate" in e["message"]]
     if any(e["learning_rate"] == 1e-4 for e in rounds):
-        assert said[-1] == "training at the swarm's learning rate (0.0004) again", said
+        assert said[-1] == "training at the swarm's learning rate (0.0002) again", said
     # The link's changes are `relay` events (the app's one source of swarm state): lost, then connected again.
     links = [e["state"] for e in events if e["type"] == "relay"]
     assert "unreachable" in links and "connected" in links[links.index("unreachable"):], links
@@ -181,4 +181,4 @@ def test_a_node_whose_relay_is_unreachable_trains_at_alones_rate(tmp_path, model
     assert [(e["relay_connected"], e["learning_rate"]) for e in rounds] == [(False, 1e-4)] * 2
     said = [e["message"] for e in events if e["type"] == "status" and "learning rate" in e["message"]]
     assert said == ["relay unreachable: training at the learning rate of a node alone (0.0001), not the swarm's "
-                    "(0.0004), until it is back"], said
+                    "(0.0002), until it is back"], said

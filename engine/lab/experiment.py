@@ -12,7 +12,7 @@ this round (those before it) and of the last (those after it). A configuration i
 choice), plus modifiers joined with ``+``: ``top``, ``useful`` (``external_selection``), ``fill``
 (``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C),
 ``frontier`` (task levels follow each agent's success rate, engine/tasks/frontier.py). Each trains at the
-learning rate its node ships with: 4e-4 where it trains on peers' groups the default way (``useful``, ``fill``
+learning rate its node ships with: 2e-4 where it trains on peers' groups the default way (``useful``, ``fill``
 and ``drop``), else 1e-4 (``--lr`` sets one for all).
 
 Configurations are paired within a seed: agent k has the same identity, LoRA initialisation and
