@@ -633,17 +633,20 @@ def starved_note(records: list[dict[str, Any]]) -> str:
     """Sharing cells' agent-rounds after the first that were offered no peers' group (``external_candidates``
     0): the relay link down or the pool's groups past the age a node asks for (600 s), e.g. while a run was
     stopped. Such rounds trained alone; a cell with many of them measures less sharing than it names."""
-    counts: dict[tuple[str, int], list[int]] = {}
+    starved: dict[tuple[str, int], list[int]] = {}
+    total: dict[tuple[str, int], int] = {}
     for r in records:
-        if r.get("external_candidates") == 0 and int(r["round"]) > 1:
-            counts.setdefault((r["config"], int(r["seed"])), []).append(int(r["round"]))
-    if not counts:
+        if int(r["round"]) > 1:
+            cell = (r["config"], int(r["seed"]))
+            total[cell] = total.get(cell, 0) + 1
+            if r.get("external_candidates") == 0:
+                starved.setdefault(cell, []).append(int(r["round"]))
+    if not starved:
         return ""
     lines = []
-    for (c, s), rounds in sorted(counts.items()):
-        total = sum(1 for r in records if r["config"] == c and int(r["seed"]) == s and int(r["round"]) > 1)
-        spans = sorted(set(rounds))
-        lines.append(f"- {c} seed {s}: {len(rounds)} of {total} agent-rounds (rounds {', '.join(map(str, spans))})")
+    for (c, s), rounds in sorted(starved.items()):
+        lines.append(f"- {c} seed {s}: {len(rounds)} of {total[(c, s)]} agent-rounds "
+                     f"(rounds {', '.join(map(str, sorted(set(rounds))))})")
     return ("\nAgent-rounds after round 1 offered no peers' group (relay link down, or the pool's groups older than a "
             "node asks for: they trained alone):\n" + "\n".join(lines) + "\n")
 

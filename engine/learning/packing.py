@@ -208,8 +208,8 @@ def _keys(cuts: Sequence[int], families: Sequence[int]) -> list[int]:
 def tree_tokens(prompts: Sequence[Sequence[int]], cuts: Sequence[int] | None = None,
                 families: Sequence[int] | None = None) -> int:
     """Prompt tokens ``tree_batch`` runs for these prompts: each distinct rest once per beginning."""
-    if cuts is None or families is None:
-        return sum(len(s.tokens) for s in prompt_tree(prompts)[0])
+    cuts = list(cuts) if cuts is not None else [0] * len(prompts)
+    families = list(families) if families is not None else [0] * len(prompts)
     return sum(len(s.tokens) for s in prompt_tree([p[c:] for p, c in zip(prompts, cuts)], _keys(cuts, families))[0])
 
 
