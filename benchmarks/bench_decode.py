@@ -14,9 +14,11 @@ every variant decodes the same number of tokens whatever it samples. Variants:
                  matrix products with almost no attention, the bound any attention work could reach
 
 With ``--adapter FILE`` every variant runs with that LoRA loaded (as a node's rounds after the first do),
-and ``no-lora`` (today's without it) is added. Fastest of ``--repeats`` per variant.
+and ``no-lora`` (today's without it) is added. ``--weights q8_0,bf16`` adds today's set-up on each of
+those working copies (``weights-FMT``; "today" runs the node's ``auto`` choice). Fastest of ``--repeats``
+per variant.
 
-    python benchmarks/bench_decode.py [--adapter lora.gguf] [--tokens 96] [--repeats 3] [--threads 2]
+    python benchmarks/bench_decode.py [--adapter lora.gguf] [--weights q8_0,bf16] [--tokens 96] [--repeats 3] [--threads 2]
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96, help="tokens every completion runs to")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--weights", default="", help="comma-separated working formats to add, e.g. q8_0,bf16")
     args = ap.parse_args()
 
     cfg = resolve_auto(NodeConfig(preset="easy", completions=args.completions), n_params=135_000_000,
@@ -73,8 +76,8 @@ def main() -> None:
     n_seq = args.questions * args.completions
     n_ctx = n_seq * args.tokens + 8192  # as engine/run/backbone.py sizes it
 
-    def model(**kw) -> LlamaModel:
-        llm = LlamaModel(path, n_ctx=n_ctx, n_seq_max=n_seq, threads=args.threads)
+    def model(weights: Path = path, **kw) -> LlamaModel:
+        llm = LlamaModel(weights, n_ctx=n_ctx, n_seq_max=n_seq, threads=args.threads)
         if kw:
             recontext(llm, **kw)
         if args.adapter:
@@ -96,11 +99,15 @@ def main() -> None:
         ("streams", model(unified=False, n_ctx=n_seq * STREAM_CELLS), False, prompts),
         ("floor", today, True, tiny),
     ]
+    for fmt in filter(None, args.weights.split(",")):
+        copy = working_gguf(bundled_model_path(), fmt, default_cache_dir() / "models")
+        variants.append((f"weights-{fmt}", model(copy), True, prompts))
     if args.adapter:
         variants.append(("no-lora", LlamaModel(path, n_ctx=n_ctx, n_seq_max=n_seq, threads=args.threads), True, prompts))
     params = SamplingParams(args.tokens, 1.0, min_tokens=args.tokens, stop_at_answer=False)
 
-    print(f"machine: {platform.processor() or platform.machine()}, {args.threads} threads; {args.questions} prompts "
+    print(f"machine: {platform.processor() or platform.machine()}, {args.threads} threads; working copy "
+          f"{path.name}; {args.questions} prompts "
           f"({min(map(len, prompts))}-{max(map(len, prompts))} tokens) x {args.completions} completions x "
           f"{args.tokens} tokens; adapter: {args.adapter or 'none'}; fastest of {args.repeats}")
     best: dict[str, float] = {}

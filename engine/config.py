@@ -53,9 +53,10 @@ class NodeConfig:
     # --- model ---
     model: str | None = setting(None, "catalog name (see 'sapo-engine models') or path to a .gguf file; "
                                       "unset: the best fit for this machine")
-    weights: str = setting("auto", "working weight format: auto, as-is, q4_0 or q8_0",
-                           source="measured here (docs/BENCHMARKS.md): auto turns Q4_1 into Q8_0, "
-                                  "the fastest format that answers as well as the source")
+    weights: str = setting("auto", "working weight format: auto, as-is, q4_0, q8_0 or bf16",
+                           source="measured here (docs/BENCHMARKS.md): auto turns Q4_1 into BF16 where llama.cpp "
+                                  "runs on a CPU with AVX512-BF16, else Q8_0: the fastest format that answers as "
+                                  "well as the source")
     # --- tasks ---
     preset: str | None = setting(None, "task preset: easy or paper (auto: easy for models under 0.5B)", auto=True)
     tasks: list[str] | None = setting(None, "comma-separated reasoning-gym datasets (unset: the preset's)")
@@ -341,7 +342,8 @@ def validate(cfg: NodeConfig) -> None:
         if not ok:
             raise SapoError(message)
 
-    need(cfg.weights in ("auto", "as-is", "q4_0", "q8_0"), f"weights must be auto, as-is, q4_0 or q8_0, got {cfg.weights!r}")
+    need(cfg.weights in ("auto", "as-is", "q4_0", "q8_0", "bf16"),
+         f"weights must be auto, as-is, q4_0, q8_0 or bf16, got {cfg.weights!r}")
     need(cfg.prompts in ("new", "old", "worked", "worked-nosys"),
          f"prompts must be new, old, worked or worked-nosys, got {cfg.prompts!r}")
     need(cfg.preset in (None, "easy", "paper"), f"preset must be 'easy' or 'paper', got {cfg.preset!r}")
