@@ -202,6 +202,7 @@ def _assert_paired(ran: Path) -> None:
         assert len(machines) == 1, machines
         assert machines[0]["train_dtype"] in ("bfloat16", "float32") and machines[0]["device"] == "cpu"
         assert machines[0]["cpu"] and machines[0]["cores"] >= 1 and len(machines[0]["commit"]) >= 7
+        assert len(machines[0]["working"]) == 1 and machines[0]["working"][0].endswith(".gguf")
     for k in ("0", "1"):
         start = json.loads((ran / "start" / "seed-0" / f"agent-{k}.json").read_text())
         assert start["round"] == 0

@@ -418,7 +418,7 @@ def run_plan(plan: Plan, stream: Any = sys.stderr, shared: Progress | None = Non
     models = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
               for m in (plan.models or [None])]
     backbones = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in models]
-    ran_on = machine(backbones[0])  # once: the same for every cell of this worker
+    ran_on = machine(backbones[0], [m.path for m in models])  # once: the same for every cell of this worker
     progress = EtaPrinter(shared or Progress.start(agent_rounds_left(plan)), stream)
     relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
@@ -475,9 +475,10 @@ def _finished(cell: Path, rounds: int) -> bool:
     return done.exists() and json.loads(done.read_text()).get("rounds", 0) >= rounds
 
 
-def machine(backbone: Any) -> dict[str, Any]:
+def machine(backbone: Any, working: list[Path]) -> dict[str, Any]:
     """What a cell ran on, for its table: the CPU, the dtype training used (bf16 or fp32 changes the numbers a
-    little, docs/RESULTS.md run 6) and the code's commit when it runs from a git checkout."""
+    little, docs/RESULTS.md run 6), the working copies sampled from (``weights = "auto"`` picks BF16 or Q8_0 by
+    CPU) and the code's commit when it runs from a git checkout."""
     import subprocess
 
     from engine.models.hardware import detect
@@ -489,7 +490,8 @@ def machine(backbone: Any) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return {"cpu": hw.cpu_name, "cores": hw.cpu_logical, "device": str(backbone.device),
-            "train_dtype": str(backbone.train_dtype).removeprefix("torch."), "commit": commit}
+            "train_dtype": str(backbone.train_dtype).removeprefix("torch."), "working": [p.name for p in working],
+            "commit": commit}
 
 
 def _write_meta(cell: Path, config: str, seed: int, plan: Plan, cfg: NodeConfig, models: list[str],

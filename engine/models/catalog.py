@@ -218,15 +218,16 @@ def _shape(p: int, layers: int, embd: int, heads: int, kv: int, hd: int, ff: int
 
 # Bundled 135M, measured on the 2-core reference box (torch 2.13 CPU, transformers 5.24,
 # peft 0.21, llama-cpp-python 0.3.36), peak RSS (ru_maxrss) of the whole process:
-# - rollout: engine.sampling.llm.LlamaModel on the Q4_1 file, n_ctx 8192, 8 sequences, every KV
-#   cell filled with a 1k-token prompt: 387 MB.
+# - rollout: engine.sampling.llm.LlamaModel on the working copy, n_ctx 8192, 8 sequences, every KV
+#   cell filled with a 1k-token prompt: 550 MB on the BF16 copy (auto on CPUs with AVX512-BF16, the
+#   largest auto picks; 2026-12-05), 423 MB on the Q8_0 copy, 377 MB (387 MB before) on the Q4_1 file.
 # - load: AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., dtype=float32): 1,201 MB.
 # - training: LoRA r 16 on all linear layers, micro-batch 4 x 1024 tokens, gradient
 #   checkpointing, 256-token log-prob chunks recomputed in backward, one AdamW step:
 #   1,532 MB with glibc's mmap threshold fixed at 1 MiB (see hardware.tune_allocator);
 #   5,374 MB with glibc defaults, whose heap keeps freed activations: 3.5 x the need.
 _BUNDLED_MEASURED = Measured(
-    rollout_bytes=386_957_312,
+    rollout_bytes=549_855_232,
     train_cpu_bytes=1_531_965_440,
     load_ram_cpu_bytes=1_202_245_632,
     how="peak RSS on the 2-core reference box; training with the allocator tuned",

@@ -32,7 +32,8 @@ TRAIN_SEQS, TRAIN_PROMPT, TRAIN_COMPLETION = 4, 96, 32  # the training probe: on
 ANSWER_FILL = 0.5  # answers end at </answer> well before max_tokens, about half way on average
 PROMPT_TOKENS = {True: 350, False: 150}  # per prompt: tiny models get 2 worked examples in it
 ROUND_GROUPS = 8  # I + J at their defaults (4 + 4)
-CACHE_VERSION = 3  # 2: training measured with the shared-prefix trainer; 3: auto working copy is Q8_0
+CACHE_VERSION = 4  # 2: training measured with the shared-prefix trainer; 3: auto working copy is Q8_0;
+# 4: auto working copy is BF16 on CPUs with AVX512-BF16
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 - few-shot prompts: tiny models see 2 worked examples per prompt, each showing a short working before
   the answer tag (engine/tasks/worked_examples.py; the paper: none).
 - easy preset: easier task settings for models under 0.5B, which score ~0 on the defaults.
-- Q8_0 working copy: a Q4_1 GGUF is requantized to Q8_0 for faster sampling at the source's quality
-  (engine/models/working_copy.py).
+- working copy: a Q4_1 GGUF is converted to BF16 (CPUs with AVX512-BF16) or Q8_0 for faster sampling at
+  the source's quality (engine/models/working_copy.py).
 - external groups are re-verified and re-scored by the receiver (the paper trusts peers); the
   receiver trains on its own scores, never the sender's claims, with its own L and max_tokens,
   and external tokens are at most ``external_token_share`` of an update (engine/sharing/admission.py).
