@@ -167,6 +167,12 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     old_end = json.loads((cell / "evals" / "agent-1-round-2.json").read_text())
     shutil.rmtree(cell / "agent-1")
     (cell / "done.json").unlink()
+    # And in alone, a kill right after agent 0's round-2 checkpoint, before its record line was written.
+    lone = out / "alone" / "seed-0"
+    lone_rows = read_records(lone / "records.jsonl")
+    cut = next(r for r in lone_rows if (r["agent"], r["round"]) == (0, 2))
+    (lone / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lone_rows if r is not cut))
+    (lone / "done.json").unlink()
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=_env(model_cache))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "swarm seed 0: 2 round records and 1 held-out results are from after the agents' checkpoints" in again.stderr
@@ -179,22 +185,33 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     final = json.loads((cell / "done.json").read_text())
     assert final["eval"]["1"] == json.loads((cell / "evals" / "agent-1-round-2.json").read_text())
     assert final["eval"]["1"]["round"] == 2
+    # The cut round is recovered from agent 0's checkpoint, not rerun: its reward and its paired reward (the report
+    # pairs agents on it), so a kill at that moment costs the run no pair.
+    recovered = [r for r in read_records(lone / "records.jsonl") if r.get("recovered")]
+    assert [(r["agent"], r["round"]) for r in recovered] == [(0, 2)]
+    for key in ("reward_mean", "accuracy", "paired_reward_mean"):
+        assert recovered[0][key] == pytest.approx(cut[key], abs=1e-4), key
+    assert (lone / "done.json").exists()
 
 
 def _assert_paired(ran: Path) -> None:
     """Same first I own questions per round in alone and swarm; one start evaluation shared by both."""
     cells = {c: read_records(ran / c / "seed-0" / "records.jsonl") for c in ("alone", "swarm")}
-    alone = {(r["agent"], r["round"]): r["own_questions"] for r in cells["alone"]}
-    swarm = {(r["agent"], r["round"]): r["own_questions"] for r in cells["swarm"]}
-    assert set(alone) == set(swarm) == {(a, n) for a in (0, 1) for n in (1, 2)}
-    for key in alone:
+    rounds = {(a, n) for a in (0, 1) for n in (1, 2)}
+    assert {(r["agent"], r["round"]) for r in cells["alone"]} == {(r["agent"], r["round"]) for r in cells["swarm"]} == rounds
+    # A round whose line a kill cut (between its checkpoint and its record) is recovered from the checkpoint's
+    # history: its reward and its paired reward, not its questions.
+    alone = {(r["agent"], r["round"]): r["own_questions"] for r in cells["alone"] if not r.get("recovered")}
+    swarm = {(r["agent"], r["round"]): r["own_questions"] for r in cells["swarm"] if not r.get("recovered")}
+    for key in set(alone) & set(swarm):
         assert len(alone[key]) == 4  # I + J own questions: alone makes the J itself
         assert alone[key][:2] == swarm[key][:2], key  # the same first I, in the same order
     for r in cells["alone"] + cells["swarm"]:  # the reward on those first I, which the report pairs
         assert 0.0 <= r["paired_reward_mean"] <= 1.1, r
-        assert r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
-    assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
-    assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
+        assert r.get("recovered") or r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
+    if {(0, 1), (1, 1), (0, 2)} <= set(alone):
+        assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
+        assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on
     for c, rate in (("alone", 1e-4), ("swarm", 1e-4)):  # what each cell ran on, once, though resumed, and its rate
         meta = json.loads((ran / c / "seed-0" / "meta.json").read_text())
         assert meta["settings"]["learning_rate"] == rate

@@ -600,8 +600,8 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
             if h.get("type") == "round" and (a.index, h["round"]) not in have:
                 kept.append({"type": "round", "config": config, "seed": seed, "agent": a.index, "model": a.model,
                              "recovered": True,
-                             **{k: h[k] for k in ("round", "reward_mean", "accuracy", "format_rate", "task_score")
-                                if k in h}})
+                             **{k: h[k] for k in ("round", "reward_mean", "accuracy", "format_rate", "task_score",
+                                                  "paired_reward_mean") if k in h}})
     kept.sort(key=lambda r: (r["round"], r["agent"]))
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))

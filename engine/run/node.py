@@ -434,9 +434,11 @@ class Node:
         self.state.round = r.number
         self.state.stream = dataclasses.asdict(self.stream.state)
         self.state.extra_stream = dataclasses.asdict(self.extra_stream.state)
+        paired = {"paired_reward_mean": round(summarize(r.own[:r.main])["reward_mean"], 4)} if r.main else {}
         self.state.history.append({"type": "round", "round": r.number,
                                    **{k: round(v, 4) for k, v in summarize(r.own).items()},
-                                   "loss": round(r.train.loss, 6)})
+                                   "loss": round(r.train.loss, 6),
+                                   **paired})  # an experiment's record lost to a kill keeps its pairing
 
     def _checkpoint(self, r: RoundWork) -> None:
         t0 = time.perf_counter()
