@@ -34,6 +34,7 @@ from wire.power_rules import parse_schedule
 from wire.protocol import MAX_FORMAT_BONUS, swarm_name_problem
 
 TINY_PARAMS = 500_000_000  # below this, a model gets the "tiny" defaults
+WEIGHT_CHOICES = ("auto", "as-is", "q4_0", "q8_0", "bf16")  # working formats (engine/models/working_copy.py)
 
 
 def setting(default: Any = None, help: str = "", *, flag: str | None = "", source: str = "", auto: bool = False,
@@ -342,8 +343,8 @@ def validate(cfg: NodeConfig) -> None:
         if not ok:
             raise SapoError(message)
 
-    need(cfg.weights in ("auto", "as-is", "q4_0", "q8_0", "bf16"),
-         f"weights must be auto, as-is, q4_0, q8_0 or bf16, got {cfg.weights!r}")
+    need(cfg.weights in WEIGHT_CHOICES,
+         f"weights must be {', '.join(WEIGHT_CHOICES[:-1])} or {WEIGHT_CHOICES[-1]}, got {cfg.weights!r}")
     need(cfg.prompts in ("new", "old", "worked", "worked-nosys"),
          f"prompts must be new, old, worked or worked-nosys, got {cfg.prompts!r}")
     need(cfg.preset in (None, "easy", "paper"), f"preset must be 'easy' or 'paper', got {cfg.preset!r}")

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.config import WEIGHT_CHOICES
 from engine.errors import SapoError
 
 PROMPT_CHOICES = ("new", "old", "worked", "worked-nosys")
-WEIGHT_CHOICES = ("auto", "as-is", "q4_0", "q8_0", "bf16")
 # Questions decoded together. Not more: every sequence of a llama.cpp batch attends over all the
 # context's used cells (masked, but computed), so attention cost grows with the square of the batch;
 # 8 questions keep it below the weights' cost on the easy preset.

@@ -100,6 +100,11 @@ class RoundWork:
     level_changes: dict[str, int] = field(default_factory=dict)  # frontier: task -> +1 / -1
     learning_rate: float = 0.0
 
+    def paired_reward(self) -> float | None:
+        """Reward on the main stream's groups only: the questions every paired configuration draws alike,
+        so that comparing it is not comparing one configuration's extra draws with another's."""
+        return round(summarize(self.own[:self.main])["reward_mean"], 4) if self.main else None
+
 
 class Node:
     """Owns the node's state and its round; samples and trains on a ``Backbone`` (its own, or shared)."""
@@ -434,7 +439,7 @@ class Node:
         self.state.round = r.number
         self.state.stream = dataclasses.asdict(self.stream.state)
         self.state.extra_stream = dataclasses.asdict(self.extra_stream.state)
-        paired = {"paired_reward_mean": round(summarize(r.own[:r.main])["reward_mean"], 4)} if r.main else {}
+        paired = {"paired_reward_mean": r.paired_reward()} if r.main else {}
         self.state.history.append({"type": "round", "round": r.number,
                                    **{k: round(v, 4) for k, v in summarize(r.own).items()},
                                    "loss": round(r.train.loss, 6),
@@ -479,9 +484,7 @@ class Node:
             "per_task": _per_task(r.own),
             # In draw order: shows that paired experiment configurations trained on the same questions.
             "own_questions": [question_key(g.question) for g in r.own],
-            # Reward on the main stream's groups only: the questions every paired configuration draws alike,
-            # so that comparing it is not comparing one configuration's extra draws with another's.
-            "paired_reward_mean": round(summarize(r.own[:r.main])["reward_mean"], 4) if r.main else None,
+            "paired_reward_mean": r.paired_reward(),
             "group_summaries": [group_summary(g, self.task_accuracy.get(g.question.spec.dataset)
                                               if g.source != "local" else None) for g in r.own + r.external],
             **self._swarm_metrics(r),
