@@ -3,7 +3,9 @@ context; Gemma 3 270M."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,7 +16,10 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a model hub
 # Derived files (GGUF metadata, working copies) of tests that do not name a cache go here, not to the user's cache.
-os.environ.setdefault("SAPO_CACHE_DIR", tempfile.mkdtemp(prefix="sapo-test-cache-"))
+# Each process (an xdist worker) makes its own and removes it when it exits: hundreds of MB each.
+if "SAPO_CACHE_DIR" not in os.environ:
+    os.environ["SAPO_CACHE_DIR"] = tempfile.mkdtemp(prefix="sapo-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SAPO_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
