@@ -121,14 +121,33 @@ def _gguf_parsed_once() -> Iterator[None]:
         gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
+def _exact_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights for the cache, each once (a tied one under its first name), each tensor in bf16
+    where that loses nothing (every value of a BF16 working copy's matrices) and fp32 otherwise.
+
+    Loading casts them back to fp32 bit for bit, so the cache is exact either way; for the bundled model on
+    a CPU with AVX512-BF16 it is 270 MB instead of 540 MB.
+    """
+    state, seen = {}, set()
+    for name, t in model.state_dict().items():
+        if t.data_ptr() in seen:  # tied: transformers re-ties it from the config on load
+            continue
+        seen.add(t.data_ptr())
+        t = t.detach().contiguous()
+        if t.dtype == torch.float32 and torch.equal(t.to(torch.bfloat16).float(), t):
+            t = t.to(torch.bfloat16)
+        state[name] = t
+    return state
+
+
 def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype = torch.float32,
               device: torch.device | str = "cpu") -> torch.nn.Module:
     """The dequantized base model (frozen) on ``device``, from the cache when there is one.
 
     ``dtype`` bf16: the decoder's linear weights in bf16, the rest fp32 (``bf16_linears``).
-    The cache always holds fp32, the GGUF's dequantized values.
+    The cache holds the GGUF's dequantized values exactly (``_exact_state``): half the disk for a BF16 file.
     """
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -151,7 +170,7 @@ def load_base(gguf_path: Path, cache_dir: Path | None = None, dtype: torch.dtype
             # save_pretrained refuses GGUF-loaded models; the plain weights and config are all we need.
             tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
             tmp.mkdir(parents=True, exist_ok=True)
-            save_model(model, str(tmp / "model.safetensors"))
+            save_file(_exact_state(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
             config = model.config.to_dict()
             config.pop("quantization_config", None)
             (tmp / "config.json").write_text(json.dumps(config))
