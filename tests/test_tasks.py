@@ -7,7 +7,8 @@ import pytest
 
 from engine.errors import SapoError
 from engine.tasks.questions import (ANY_TASK_CAPS, MAX_INDEX, PAPER_TASKS, QuestionStream, StreamState, admit,
-                          build_mix, content_key, derive_seed, fewshot_messages, heldout_set, question_key, regenerate)
+                                    build_mix, check_training_room, content_key, derive_seed, fewshot_messages,
+                                    heldout_set, question_key, regenerate)
 from wire.protocol import TaskSpec
 
 
@@ -68,6 +69,20 @@ def test_heldout_is_fixed_and_never_drawn_for_training():
     stream = QuestionStream(mix, "c" * 32, 0, held)
     drawn = {q.question for q in stream.draw(200)}
     assert drawn.isdisjoint(q.question for q in held)
+
+
+def test_a_held_out_set_that_takes_most_of_a_tasks_questions_is_refused():
+    """gcd of two numbers up to 10 has 100 questions: 48 held out leave room, 64 do not, 128 leave 3."""
+    mix = build_mix("easy", tasks=["gcd", "basic_arithmetic"])
+    for per_task in (16, 32, 48):
+        check_training_room(mix, heldout_set(mix, per_task, 1), per_task)
+    for per_task in (64, 128):
+        with pytest.raises(SapoError, match=r"task 'gcd': its settings hold too few questions .* held out, \d+ left"):
+            check_training_room(mix, heldout_set(mix, per_task, 1), per_task)
+    # what the rule is for: with 128 held out, a stream finds almost nothing else to train on
+    held = heldout_set(build_mix("easy", tasks=["gcd"]), 128, 1)
+    stream = QuestionStream(build_mix("easy", tasks=["gcd"]), "d" * 32, 0, held)
+    assert len({question_key(q) for q in stream.draw(40)}) <= 3
 
 
 def test_another_heldout_draw_is_another_set_and_draw_0_is_every_nodes():

@@ -300,6 +300,19 @@ def prepare_models(plan: Plan) -> None:
         prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
 
 
+def check_questions(plan: Plan) -> None:
+    """Each seed's held-out set leaves its tasks room to train (``questions.check_training_room``): a task
+    space too small for them is one error before any work, not a worker stopping when its questions run out."""
+    from engine.tasks.questions import build_mix, check_training_room, heldout_set
+
+    cfg = build_config({}, plan.settings)
+    if cfg.preset not in ("easy", "paper"):  # chosen per model: each node checks its own mix at its start
+        return
+    mix = build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)
+    for draw in sorted({s + 1 if plan.heldout_per_seed else cfg.heldout_draw for s in plan.seeds}):
+        check_training_room(mix, heldout_set(mix, cfg.eval_per_task, draw), cfg.eval_per_task)
+
+
 def run_workers(plans: list[Plan], stream: Any = sys.stderr) -> None:
     """Each plan in its own process (spawned: a fresh interpreter, its own torch and llama.cpp)."""
     if len(plans) == 1:
@@ -699,6 +712,7 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan(args.out, configs, seeds, agents, rounds, settings, models=models, heldout_per_seed=args.heldout_per_seed)
     workers = args.workers or default_workers(len(plan.all_cells()), settings["threads"])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_questions(plan)
     prepare_models(plan)
     run_workers(workers_for(plan, workers))
     left = [f"{c} seed {s}" for c, s in plan.all_cells() if not _finished(cell_dir(plan, c, s), plan.rounds)]

@@ -66,8 +66,8 @@ from engine.sharing.swarm_client import SwarmClient
 from engine.tasks import frontier, held_back
 from engine.tasks.groups import Completion, ScoredGroup, group_summary, summarize
 from engine.tasks.swarm_mix import SwarmMix
-from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, derive_seed,
-                                    heldout_set, question_key)
+from engine.tasks.questions import (Prompts, Question, QuestionStream, StreamState, build_mix, check_training_room,
+                                    derive_seed, heldout_set, question_key)
 from engine.tasks.rewards import Score
 from wire import events as ev
 from wire.identity import display_name
@@ -159,6 +159,8 @@ class Node:
         before is never drawn again), prompts, sampling params. At start, and when a manifest is adopted."""
         cfg, old = self.cfg, getattr(self, "stream", None)
         self.heldout = heldout_set(self.mix, cfg.eval_per_task, cfg.heldout_draw)
+        if old is None:  # at start: a bad setting stops the node now, not when a task's questions run out
+            check_training_room(self.mix, self.heldout, cfg.eval_per_task)
         self._heldout_keys = frozenset(question_key(q) for q in self.heldout)
         self.stream = QuestionStream(self.mix, self.node_id, cfg.seed, self.heldout,  # the first I draws of a round
                                      state=old.state if old is not None else None)

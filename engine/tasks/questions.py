@@ -255,6 +255,35 @@ def heldout_set(mix: tuple[TaskEntry, ...], per_task: int, draw: int = 0) -> lis
     return out
 
 
+def check_training_room(mix: tuple[TaskEntry, ...], heldout: list[Question], per_task: int) -> None:
+    """Refuse, before any work, a task whose held-out set takes most of its questions.
+
+    Easy settings have small question spaces (gcd of two numbers up to 10: 100 questions). A held-out set
+    too large for one leaves training a handful of questions, drawn again and again, until the stream
+    finds none outside the set and the node stops mid-run. Rule: among the distinct questions a probe of
+    the task finds, at least as many must lie outside the held-out set as in it. Seeded, so every node
+    with the same mix decides alike.
+    """
+    held_keys = {question_key(q) for q in heldout}
+    for entry in mix:
+        held = sum(q.spec.dataset == entry.dataset for q in heldout)
+        seed = derive_seed("room", entry.dataset, _config_key(entry.config))
+        tries = 8 * per_task + 512  # enough to see most of a small space (draws are not uniform over it)
+        found: set[str] = set()
+        outside = 0
+        for i in range(tries):
+            key = question_key(regenerate(_spec(entry, seed, i)))
+            if key not in found:
+                found.add(key)
+                outside += key not in held_keys
+                if held == per_task and outside >= held:
+                    break  # room enough: large spaces stop here, after about per_task draws
+        else:
+            raise SapoError(f"task {entry.dataset!r}: its settings hold too few questions for {per_task} held-out "
+                            f"ones and training ({len(found)} distinct in {tries} draws, {held} held out, {outside} "
+                            f"left); lower eval_per_task or widen the task's settings")
+
+
 @dataclass
 class StreamState:
     """Where a node's question stream stands; saved with each checkpoint."""
