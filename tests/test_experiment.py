@@ -248,6 +248,23 @@ def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: P
     assert not out.exists()  # nothing made, nothing loaded
 
 
+@pytest.mark.parametrize("toml, message", [
+    ("bogus = 1\n", "unknown setting 'bogus' in config file"),
+    ("[task_config.gcd]\nmax_value = 10\n", "task 'gcd': its settings hold too few"),  # the file's tasks are checked
+    ("learning_rate = 'fast'\n", "invalid setting"),
+])
+def test_a_bad_settings_file_is_one_line_and_exit_2_before_any_work(tmp_path: Path, toml, message):
+    (tmp_path / "s.toml").write_text(toml)
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--config",
+                           str(tmp_path / "s.toml"), "--tasks", "gcd", "--eval-per-task", "64"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert not out.exists()
+
+
 def test_workers_take_cells_seed_major_each_under_a_claim_no_one_else_holds(tmp_path: Path):
     """Workers walk the cells seed-major and run each cell they can claim: a cell another worker (or another
     experiment on the same --out) holds is passed over, and a killed holder leaves nothing claimed."""

@@ -83,6 +83,9 @@ def test_a_held_out_set_that_takes_most_of_a_tasks_questions_is_refused():
     held = heldout_set(build_mix("easy", tasks=["gcd"]), 128, 1)
     stream = QuestionStream(build_mix("easy", tasks=["gcd"]), "d" * 32, 0, held)
     assert len({question_key(q) for q in stream.draw(40)}) <= 3
+    # wider settings (a settings file's [task_config.gcd]) make room for the same held-out size
+    wide = build_mix("easy", ["gcd"], None, {"gcd": {"max_value": 40}})
+    check_training_room(wide, heldout_set(wide, 128, 1), 128)
 
 
 def test_another_heldout_draw_is_another_set_and_draw_0_is_every_nodes():

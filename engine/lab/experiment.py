@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from engine.config import NodeConfig, build_config, flag_settings
+from engine.config import NodeConfig, build_config, flag_settings, load_toml
 from engine.errors import SapoError
 
 # Held-out questions per task unless set: 4 easy tasks x 32 = 128, a standard error of ~0.04 per agent.
@@ -662,6 +662,9 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="run directory (records, checkpoints); rerun with it to resume")
+    p.add_argument("--config", type=Path,
+                   help="TOML settings file for every agent, as for `run` (e.g. [task_config.gcd] tables); flags "
+                        "override it")
     p.add_argument("--agents", type=int, help="agents per configuration (default 4)")
     p.add_argument("--rounds", type=int, help="rounds per agent (default 20)")
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
@@ -686,7 +689,9 @@ def run(args: argparse.Namespace) -> int:
     settings = {"model": "smollm2-135m", "preset": "easy", "eval_per_task": EVAL_PER_TASK}
     if args.quick:
         settings |= QUICK["settings"]
-    settings |= flag_settings(args)
+    file_values, flags = load_toml(args.config) if args.config is not None else {}, flag_settings(args)
+    build_config(settings | file_values, flags)  # an unknown or invalid setting is one error before any work
+    settings |= file_values | flags
     agents = args.agents if args.agents is not None else (QUICK["agents"] if args.quick else 4)
     rounds = args.rounds if args.rounds is not None else (QUICK["rounds"] if args.quick else 20)
     try:
