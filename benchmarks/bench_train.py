@@ -10,8 +10,9 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   default: the engine's automatic dtype (bf16 where the CPU has avx512_bf16/AMX), checkpointing
            only over the memory budget, the update's shared beginnings once, each micro-batch one
            row in one pass (issue 22)
-  old:     the default step of an older checkout (``--old``, e.g. a worktree of 321fbd8, whose
-           micro-batches ran their rests and completions in two padded passes)
+  old:     the default step of an older checkout (``--old``, e.g. a worktree of d9a16b6, the speed issue's
+           baseline, from before the engine was grouped by stage, or of 321fbd8, whose micro-batches ran
+           their rests and completions in two padded passes), on the same weights as the others
   wide:    the default with micro-batches of up to 16 completions instead of 8, so more groups
            of one task share a micro-batch (memory permitting)
   peers-all, peers: a sharing round's update, the second half of the groups from peers: their
@@ -83,26 +84,41 @@ def make_groups(preset: str, n_groups: int, completions: int, cache: Path, threa
 
 
 def child(variant: str, groups_file: Path, completions: int, cache: Path, threads: int, micro_batch: int,
-          device_setting: str = "cpu") -> None:
+          device_setting: str = "cpu", model_path: Path | None = None) -> None:
+    import importlib
+
     import torch
 
-    from engine.models.accel import choose_device, choose_dtype, memory_budget
-    from engine.tasks.groups import TrainGroup
-    from engine.models.hardware import tune_allocator
-    from engine.learning.policy import attach_lora, load_base, lora_config
-    from engine.learning.trainer import TrainConfig, Trainer
+    import engine
+
+    flat = not (Path(engine.__file__).parent / "learning").is_dir()
+
+    def load(name: str) -> object:
+        # An --old checkout from before the engine was grouped by stage (d9a16b6: the issues' baseline) keeps
+        # every module at engine/<name>.py. (Not a fallback on ImportError: the editable install's finder
+        # would hand such a checkout this checkout's engine.models and the like.)
+        return importlib.import_module("engine." + name.rsplit(".", 1)[1] if flat else name)
+
+    accel, hardware = load("engine.models.accel"), load("engine.models.hardware")
+    choose_device, choose_dtype, memory_budget = accel.choose_device, accel.choose_dtype, accel.memory_budget
+    TrainGroup = load("engine.tasks.groups").TrainGroup
+    policy, trainer_mod = load("engine.learning.policy"), load("engine.learning.trainer")
+    attach_lora, load_base, lora_config = policy.attach_lora, policy.load_base, policy.lora_config
+    TrainConfig, Trainer = trainer_mod.TrainConfig, trainer_mod.Trainer
+    tune_allocator = hardware.tune_allocator
 
     tune_allocator()  # as the engine does at start
     torch.set_num_threads(threads)
     v = VARIANTS[variant]
     device = choose_device(device_setting)  # the CPU unless --device says otherwise (scripts/gpu_check.sh: auto)
     dtype = choose_dtype(v["dtype"], device)
+    model_path = model_path or _model_path(cache)  # the parent's: every variant trains the same weights
     raw = json.loads(groups_file.read_text())
     half = len(raw) // 2 if "peers" in v else len(raw)  # from here on, peers' groups
     groups = [TrainGroup(g["prompt"], g["completions"][:completions], g["advantages"][:completions], external=k >= half)
               for k, g in enumerate(raw)]
     torch.manual_seed(0)
-    model = attach_lora(load_base(_model_path(cache), cache / "torch", dtype=dtype, device=device),
+    model = attach_lora(load_base(model_path, cache / "torch", dtype=dtype, device=device),
                         lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"]))
     trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
@@ -123,7 +139,7 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
             "step_s": round(time.perf_counter() - t0, 2),
             "loss": stats.loss, "logprob_mean": round(stats.logprob_mean, 6), "grad_norm": round(stats.grad_norm, 6),
             "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
-            "completion_tokens_computed": stats.tokens_computed,
+            "completion_tokens_computed": getattr(stats, "tokens_computed", stats.tokens),  # older: all of them
             "checkpointed": f"{stats.checkpointed}/{stats.micro_batches}",
             "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
             "peak_gpu_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
@@ -151,7 +167,7 @@ def compare(args: argparse.Namespace, label: str, groups_file: Path, completions
     for variant in variants:
         cmd = [sys.executable, __file__, "--child", variant, str(groups_file), str(completions), "--cache",
                str(args.cache), "--threads", str(args.threads), "--micro-batch", str(args.micro_batch),
-               "--device", args.device]
+               "--device", args.device, "--model-path", str(_model_path(args.cache))]
         env = dict(os.environ)
         if variant == "old":  # the older checkout's engine comes first on the path
             if args.old is None:
@@ -212,11 +228,12 @@ def main() -> None:
     ap.add_argument("--old", type=Path, help="an older checkout (git worktree) for the variant old")
     ap.add_argument("--device", default="cpu", help="where the step trains: cpu (the default), cuda, mps or auto")
     ap.add_argument("--child", nargs=3, metavar=("VARIANT", "GROUPS_FILE", "L"))
+    ap.add_argument("--model-path", type=Path, help="(children) the GGUF every variant loads, from the parent")
     ap.add_argument("--make-groups", nargs=4, metavar=("PRESET", "N", "L", "OUT"))
     args = ap.parse_args()
     if args.child:
         child(args.child[0], Path(args.child[1]), int(args.child[2]), args.cache, args.threads, args.micro_batch,
-              args.device)
+              args.device, args.model_path)
         return
     if args.make_groups:
         preset, n, L, out = args.make_groups
@@ -227,8 +244,8 @@ def main() -> None:
     presets, lengths = (["easy"], [4]) if args.quick else (args.presets.split(","), [int(x) for x in args.lengths.split(",")])
     if args.quick:
         args.groups, args.repeats = min(args.groups, 2), 2
-    print(f"one GRPO step on {args.groups} real groups, bundled model Q4_0, LoRA r16 all linear, "
-          f"micro-batch {args.micro_batch}, {args.threads} threads")
+    print(f"one GRPO step on {args.groups} real groups, bundled model ({_model_path(args.cache).name}), "
+          f"LoRA r16 all linear, micro-batch {args.micro_batch}, {args.threads} threads")
     t0 = time.perf_counter()
     for preset in presets:
         path = work / f"{preset}.json"
