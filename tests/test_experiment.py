@@ -18,7 +18,8 @@ import pytest
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.lab.experiment import Plan, Prefixed, cell_learning_rate, config_overrides, keep_records, read_records, superseded
+from engine.lab.experiment import (Plan, Prefixed, cell_learning_rate, config_overrides, distinct_models, keep_records,
+                                   read_records, superseded)
 
 pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
@@ -44,6 +45,15 @@ def test_config_names():
         config_overrides("swarm+best", 4, 4)
     with pytest.raises(SapoError, match="must start with"):
         config_overrides("together", 4, 4)
+
+
+def test_a_model_named_more_than_once_gets_one_backbone():
+    # --models a,a,a,b: one weaker model among three stronger ones; agent k runs entry k % 4, and the three
+    # entries of a share a's backbone instead of loading it three times.
+    names, slot = distinct_models(["smollm2-135m", "smollm2-135m", "smollm2-135m", "/m/gemma.gguf"])
+    assert names == ["smollm2-135m", "/m/gemma.gguf"] and slot == [0, 0, 0, 1]
+    assert distinct_models([None]) == ([None], [0])
+    assert distinct_models(["b", "a", "b"]) == (["b", "a"], [0, 1, 0])
 
 
 def test_each_configuration_trains_at_the_learning_rate_its_node_ships_with(tmp_path: Path):

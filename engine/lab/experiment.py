@@ -240,6 +240,12 @@ class Plan:
         return [(c, s) for s in self.seeds for c in self.configs]
 
 
+def distinct_models(models: list[str | None]) -> tuple[list[str | None], list[int]]:
+    """Pure: each model once, in order of first mention, and for each entry of ``models`` the index of its own."""
+    names = list(dict.fromkeys(models))
+    return names, [names.index(m) for m in models]
+
+
 def cell_dir(plan: Plan, config: str, seed: int) -> Path:
     return plan.out / _safe(config) / f"seed-{seed}"
 
@@ -296,7 +302,7 @@ def prepare_models(plan: Plan) -> None:
     from engine.models.prepare import prepare_model
 
     common = build_config({}, plan.settings)
-    for m in plan.models or [None]:
+    for m in distinct_models(plan.models or [None])[0]:
         prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
 
 
@@ -427,10 +433,13 @@ def run_plan(plan: Plan, stream: Any = sys.stderr, shared: Progress | None = Non
     local, external = common.local_groups, common.external_groups
     cells = [(c, s, config_overrides(c, local, external) | {"learning_rate": cell_learning_rate(c, plan, external)})
              for c, s in plan.all_cells()]
-    # One backbone per model, built as a single node's is; each agent's LoRA is swapped in (Agent).
-    models = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
-              for m in (plan.models or [None])]
-    backbones = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in models]
+    # One backbone per distinct model, built as a single node's is; each agent's LoRA is swapped in (Agent).
+    # A model named twice (--models a,a,a,b: one b among three a's) shares its backbone.
+    names, slot = distinct_models(plan.models or [None])
+    loaded = [prepare_model(dataclasses.replace(common, model=m) if m else common, fallback="smollm2-135m")
+              for m in names]
+    distinct = [Backbone.load(m, m.cfg, m.cfg.threads or 1) for m in loaded]
+    models, backbones = [loaded[i] for i in slot], [distinct[i] for i in slot]
     ran_on = machine(backbones[0], [m.path for m in models])  # once: the same for every cell of this worker
     progress = EtaPrinter(shared or Progress.start(agent_rounds_left(plan)), stream)
     relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
@@ -442,7 +451,7 @@ def run_plan(plan: Plan, stream: Any = sys.stderr, shared: Progress | None = Non
                     _run_claimed(plan, cell, config, seed, overrides, models, backbones, relay, ran_on, progress)
     finally:
         relay.close()
-        for b in backbones:
+        for b in distinct:
             b.close()
 
 
@@ -672,7 +681,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                      "alone|swarm, plus +top, +useful, +fill, +drop, +topr, +isC")
     p.add_argument("--models",
                    help="comma-separated models (catalog names or .gguf paths); agent k runs the k-th modulo their "
-                        "number, in every configuration (default: --model, or the bundled model)")
+                        "number, in every configuration; name one more than once for a mix (a,a,a,b: one b among "
+                        "three a's; each model is loaded once) (default: --model, or the bundled model)")
     p.add_argument("--workers", type=int,
                    help="cells run at a time, each in its own process (default: one per physical core's worth of "
                         "--threads, which defaults to 1 here; at most one per cell)")
