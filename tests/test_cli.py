@@ -118,6 +118,13 @@ def test_unwritable_data_dir(tmp_path):
     assert_one_line_error(sapo("run", "--offline", "--data-dir", str(blocker / "sub")), "not writable")
 
 
+def test_an_events_file_that_cannot_be_written(data, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_one_line_error(sapo("run", "--offline", "--data-dir", data, "--events", str(blocker / "events.jsonl")),
+                          "cannot write events to", "a-file")
+
+
 def test_models_lists_the_catalog_and_a_recommendation():
     proc = sapo("models")
     assert proc.returncode == 0, proc.stderr

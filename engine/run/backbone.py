@@ -42,8 +42,12 @@ class Backbone:
         budget = cfg.local_groups + cfg.external_groups
         n_seq = min(MAX_SEQS_PER_BATCH, max(budget * (cfg.completions or 1), 2))
         layers = gpu_layers(cfg.gpu_layers, device)
-        llm = LlamaModel(model.path, n_ctx=n_seq * (cfg.max_tokens or 0) + 8192, n_seq_max=n_seq, threads=threads,
-                         n_gpu_layers=layers)
+        # Cells for a round's sequences; sequences up to the most a batch may hold, whatever the round needs:
+        # a held-out evaluation (3 answers a question, many questions) then fills the same cells with more
+        # questions a batch, and fewer batches waiting for their longest answer (1.25x its tokens/s going
+        # from 32 to 64 sequences; docs/BENCHMARKS.md). Only the cells cost memory.
+        llm = LlamaModel(model.path, n_ctx=n_seq * (cfg.max_tokens or 0) + 8192, n_seq_max=MAX_SEQS_PER_BATCH,
+                         threads=threads, n_gpu_layers=layers)
         dtype = choose_dtype(cfg.train_dtype, device)
         base = load_base(model.path, default_cache_dir() / "torch", dtype=dtype, device=device)
         policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))

@@ -36,7 +36,12 @@ def run(args: argparse.Namespace) -> int:
     if args.events == "-":
         events.add_jsonl(claim_stdout())  # events only: whatever else writes to stdout goes to stderr
     elif args.events:
-        events.add_jsonl(Path(args.events))
+        path = Path(args.events)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # as --data-dir is made
+            events.add_jsonl(path)
+        except OSError as exc:
+            raise SapoError(f"cannot write events to {path}: {exc.strerror or exc}") from None
 
     try:
         return _run(args, events)
