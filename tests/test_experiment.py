@@ -18,8 +18,8 @@ import pytest
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.lab.experiment import (Plan, Prefixed, cell_learning_rate, config_overrides, distinct_models, keep_records,
-                                   read_records, superseded)
+from engine.lab.experiment import (Plan, Prefixed, cell_learning_rate, config_overrides, distinct_models, eval_per_task,
+                                   keep_records, read_records, superseded)
 
 pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
@@ -45,6 +45,15 @@ def test_config_names():
         config_overrides("swarm+best", 4, 4)
     with pytest.raises(SapoError, match="must start with"):
         config_overrides("together", 4, 4)
+
+
+def test_every_agent_answers_at_least_128_held_out_questions_whatever_the_mix():
+    from engine.config import build_config
+
+    assert eval_per_task(build_config({"preset": "easy"}, {})) == 43  # 3 tasks x 43 = 129
+    four = build_config({"preset": "easy", "tasks": ["basic_arithmetic", "chain_sum", "calendar_arithmetic", "gcd"]}, {})
+    assert eval_per_task(four) == 32
+    assert eval_per_task(build_config({"preset": "paper"}, {})) == 15  # 9 tasks x 15 = 135
 
 
 def test_a_model_named_more_than_once_gets_one_backbone():

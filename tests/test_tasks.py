@@ -133,11 +133,12 @@ def test_content_key_is_what_decides_the_question():
 
 def test_admit_regenerates_only_what_the_node_would_draw_itself():
     mix = build_mix("easy")
-    own = QuestionStream(mix, "a" * 32, 0, []).draw(5)
+    own = QuestionStream(mix, "a" * 32, 0, []).draw(12)
     assert all(admit(q.spec, mix) is None for q in own)
-    spec = own[0].spec
+    # gcd of numbers up to 7 is on no rung of gcd's frontier ladder (3 terms of a sum would be: admitted)
+    spec = next(q.spec for q in own if q.spec.dataset == "gcd")
     assert admit(TaskSpec(dataset="rush_hour", config={}, seed=1, index=0), mix) == "foreign_task"
-    changed = dict(spec.config) | {"max_terms": 3 if spec.config.get("max_terms") != 3 else 2}
+    changed = dict(spec.config) | {"max_value": 7}
     assert admit(TaskSpec(dataset=spec.dataset, config=changed, seed=1, index=0), mix) == "foreign_task"
     assert admit(TaskSpec(dataset=spec.dataset, config=spec.config, seed=1, index=MAX_INDEX), mix) == "bad_spec"
     # external_any_task: any listed dataset within its caps, nothing beyond them.

@@ -57,6 +57,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -70,8 +71,9 @@ from typing import Any, Iterator
 from engine.config import NodeConfig, build_config, flag_settings, load_toml
 from engine.errors import SapoError
 
-# Held-out questions per task unless set: 4 easy tasks x 32 = 128, a standard error of ~0.04 per agent.
-EVAL_PER_TASK = 32
+# Held-out questions per agent unless --eval-per-task says otherwise: at least 128 (a standard error of ~0.04 per
+# agent), spread evenly over the mix's tasks (3 easy tasks x 43; 4 x 32 before leap years left the preset).
+EVAL_QUESTIONS = 128
 QUICK = {"agents": 2, "rounds": 5, "configs": "alone,swarm+useful+fill+drop", "seeds": "0",
          "settings": {"local_groups": 2, "external_groups": 2, "completions": 4, "max_tokens": 48,
                       "eval_per_task": 4}}
@@ -87,6 +89,13 @@ MODIFIERS: dict[str, dict[str, Any]] = {
     "topr": {"external_negatives": "topr", "share_logprobs": True},
     "frontier": {"frontier": True},
 }
+
+
+def eval_per_task(cfg: NodeConfig) -> int:
+    """Held-out questions per task so that an agent answers at least EVAL_QUESTIONS in all."""
+    from engine.tasks.questions import build_mix
+
+    return math.ceil(EVAL_QUESTIONS / len(build_mix(cfg.preset, cfg.tasks, cfg.task_weights, cfg.task_config)))
 
 
 def config_overrides(name: str, local: int, external: int) -> dict[str, Any]:
@@ -696,12 +705,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.out is None:
         raise SapoError("--out DIR is required (the run's records and checkpoints go there)")
-    settings = {"model": "smollm2-135m", "preset": "easy", "eval_per_task": EVAL_PER_TASK}
+    settings = {"model": "smollm2-135m", "preset": "easy"}
     if args.quick:
         settings |= QUICK["settings"]
     file_values, flags = load_toml(args.config) if args.config is not None else {}, flag_settings(args)
-    build_config(settings | file_values, flags)  # an unknown or invalid setting is one error before any work
+    cfg = build_config(settings | file_values, flags)  # an unknown or invalid setting is one error before any work
     settings |= file_values | flags
+    settings.setdefault("eval_per_task", eval_per_task(cfg))
     agents = args.agents if args.agents is not None else (QUICK["agents"] if args.quick else 4)
     rounds = args.rounds if args.rounds is not None else (QUICK["rounds"] if args.quick else 20)
     try:
