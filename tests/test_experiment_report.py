@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SapoError
-from engine.lab.report import (by_question, curves, format_paired, format_table, group_mix, load_runs, only_model, paired, paired_interval,
+from engine.lab.report import (by_question, curves, format_paired, format_table, group_mix, load_runs, only_model, only_seeds, paired, paired_interval,
                                phase_bounds, phases, task_course,
                                report, t975, table)
 
@@ -192,6 +192,31 @@ def test_paired_against_alone_per_agent_and_per_task(tmp_path: Path):
     text = format_paired([p])
     assert "| swarm | 4 | +0.20 [" in text and "| configuration | a | b |" in text
     assert "cost: 16 agent-rounds, 1.60 h of rounds, 360.0 s per agent-round" in report([tmp_path], tmp_path / "f.png")
+
+
+def test_held_out_differences_are_also_given_per_seed(tmp_path: Path):
+    # Seed 0: swarm ends +0.1 and +0.3 above alone (mean +0.2); seed 1: -0.1 and +0.1 (mean 0). Over the four
+    # pairs +0.1; per seed, each seed's interval over its own two agents.
+    ends = {0: {0: 0.1, 1: 0.3}, 1: {0: -0.1, 1: 0.1}}
+    for config in ("alone", "swarm"):
+        for seed, ups in ends.items():
+            _cell(tmp_path, config, seed, {0: [0.2, 0.2], 1: [0.2, 0.2]})
+            done = tmp_path / config / f"seed-{seed}" / "done.json"
+            data = json.loads(done.read_text())
+            data["eval"] = {str(a): _evals(0.5 + (up if config == "swarm" else 0.0), {}) for a, up in ups.items()}
+            done.write_text(json.dumps(data))
+    records, evals = load_runs([tmp_path])
+    (p,) = paired(records, evals)
+    assert p.greedy_diff is not None and p.greedy_diff.mean == pytest.approx(0.1) and p.greedy_diff.n == 4
+    assert sorted(p.greedy_diff_by_seed) == [0, 1]
+    s0, s1 = p.greedy_diff_by_seed[0], p.greedy_diff_by_seed[1]
+    assert s0.mean == pytest.approx(0.2) and s0.n == 2 and s0.hi - s0.mean == pytest.approx(12.706 * statistics.stdev([0.1, 0.3]) / math.sqrt(2))
+    assert s1.mean == pytest.approx(0.0) and s1.n == 2
+    text = format_paired([p])
+    assert f"- swarm: seed 0 {s0.text()}, seed 1 {s1.text()}" in text
+    # One seed: the line would repeat the pairs' interval, so it is left out.
+    (one,) = paired(*only_seeds(records, evals, {0}))
+    assert "per seed" not in format_paired([one])
 
 
 def test_a_mixed_run_is_paired_per_model(tmp_path: Path):

@@ -26,7 +26,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -312,6 +312,9 @@ class Paired:
     # difference averaged over the pairs): every agent answers the same questions, so the interval over
     # pairs says how sure the difference is on these questions, this one how sure it is on others like them.
     greedy_diff_by_question: Interval | None = None
+    # End greedy minus the baseline's per seed, the interval over that seed's agents: the seeds' spread is most
+    # of the interval over pairs when they disagree (run 13: +0.006, +0.024, +0.062).
+    greedy_diff_by_seed: dict[int, Interval] = field(default_factory=dict)
 
 
 def by_question(end: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]], keys: list[Any]) -> Interval | None:
@@ -376,6 +379,8 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
                 [end[k]["per_task"][t]["eval_accuracy"] - base_e[k]["per_task"][t]["eval_accuracy"]
                  for k in ek if t in end[k].get("per_task", {}) and t in base_e[k].get("per_task", {})]))},
             greedy_diff_by_question=by_question(end, base_e, ek),
+            greedy_diff_by_seed={seed: iv for seed in sorted({k[0] for k in ek}) if (iv := paired_interval(
+                [end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek if k[0] == seed]))},
         ))
     return out
 
@@ -403,6 +408,12 @@ def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
                  "answers the same ones; each question's difference is its mean over the pairs):\n\n"
                  + "".join(f"- {p.config}: {p.greedy_diff_by_question.text()} over "
                            f"{p.greedy_diff_by_question.n} questions\n" for p in by_q))
+    by_seed = [p for p in rows if len(p.greedy_diff_by_seed) > 1]
+    if by_seed:
+        text += (f"\nHeld-out greedy at the end minus {baseline}, per seed (the interval over its agents):\n\n"
+                 + "".join(f"- {p.config}: " + ", ".join(f"seed {seed} {iv.text()}"
+                                                       for seed, iv in p.greedy_diff_by_seed.items()) + "\n"
+                           for p in by_seed))
     if tasks:
         text += (f"\nHeld-out greedy at the end, per task, minus {baseline}:\n\n| configuration | "
                  + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks) + "\n")
