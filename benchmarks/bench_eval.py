@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from versions import SAME_TASKS  # this folder is the script's: on sys.path
+from versions import same_work  # this folder is the script's: on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def one_run(tree: Path, threads: int, per_task: int, work: Path, extra: list[str
     data, events = work / "data", work / "events.jsonl"
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--rounds", "1",
            "--eval-every", "1", "--eval-per-task", str(per_task), "--threads", str(threads), "--quiet",
-           "--data-dir", str(data), "--events", str(events), *SAME_TASKS, *extra]
+           "--data-dir", str(data), "--events", str(events), *same_work(tree, "run", work), *extra]
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:

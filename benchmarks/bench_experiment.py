@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from versions import SAME_TASKS  # this folder is the script's: on sys.path
+from versions import same_work  # this folder is the script's: on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def one_run(tree: Path, work: Path, agents: int, rounds: int, extra: list[str]) -> dict[str, float]:
     cmd = [sys.executable, "-m", "engine", "experiment", "--out", str(work), "--agents", str(agents),
            "--rounds", str(rounds), "--seeds", "0", "--configs", "alone,swarm", "--local", "2", "--external", "2",
-           "--completions", "4", "--max-tokens", "48", "--eval-per-task", "1", *SAME_TASKS, *extra]
+           "--completions", "4", "--max-tokens", "48", "--eval-per-task", "1",
+           *same_work(tree, "experiment", work), *extra]
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from versions import SAME_TASKS  # this folder is the script's: on sys.path
+from versions import same_work  # this folder is the script's: on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAGS = {
@@ -44,7 +44,7 @@ def one_run(tree: Path, rounds: int, threads: int, seed: int, work: Path, flags:
     data, events = work / "data", work / "events.jsonl"
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--rounds", str(rounds),
            "--eval-every", "0", "--threads", str(threads), "--seed", str(seed), "--quiet", "--data-dir", str(data),
-           "--events", str(events), *SAME_TASKS, *flags]
+           "--events", str(events), *same_work(tree, "run", work), *flags]
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:

@@ -254,8 +254,9 @@ def _assert_paired(ran: Path) -> None:
     (["--seeds", "0,x"], "--seeds must be comma-separated whole numbers"),
     (["--configs", "alone,alone"], "named once"),
     (["--workers", "0"], "--workers must be >= 1"),
-    # gcd's easy settings hold 100 questions: 128 held-out ones would leave training 3 (it ran dry at round ~20)
-    (["--tasks", "gcd", "--eval-per-task", "128", "--heldout-per-seed"], "task 'gcd': its settings hold too few"),
+    # gcd's easy settings hold 400 questions: 256 held-out ones would leave training fewer than they hold out
+    # (at 100 questions and 128 held out, a run ran dry at round ~20)
+    (["--tasks", "gcd", "--eval-per-task", "256", "--heldout-per-seed"], "task 'gcd': its settings hold too few"),
 ])
 def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: Path, args, message):
     out = tmp_path / "run"

@@ -72,20 +72,24 @@ def test_heldout_is_fixed_and_never_drawn_for_training():
 
 
 def test_a_held_out_set_that_takes_most_of_a_tasks_questions_is_refused():
-    """gcd of two numbers up to 10 has 100 questions: 48 held out leave room, 64 do not, 128 leave 3."""
-    mix = build_mix("easy", tasks=["gcd", "basic_arithmetic"])
+    """gcd of two numbers up to 10 (the easy preset's before run 14) has 100 questions: 48 held out leave room,
+    64 do not, 128 leave 3."""
+    to_10 = {"gcd": {"max_value": 10}}
+    mix = build_mix("easy", ["gcd", "basic_arithmetic"], None, to_10)
     for per_task in (16, 32, 48):
         check_training_room(mix, heldout_set(mix, per_task, 1), per_task)
     for per_task in (64, 128):
         with pytest.raises(SapoError, match=r"task 'gcd': its settings hold too few questions .* held out, \d+ left"):
             check_training_room(mix, heldout_set(mix, per_task, 1), per_task)
     # what the rule is for: with 128 held out, a stream finds almost nothing else to train on
-    held = heldout_set(build_mix("easy", tasks=["gcd"]), 128, 1)
-    stream = QuestionStream(build_mix("easy", tasks=["gcd"]), "d" * 32, 0, held)
+    only = build_mix("easy", ["gcd"], None, to_10)
+    held = heldout_set(only, 128, 1)
+    stream = QuestionStream(only, "d" * 32, 0, held)
     assert len({question_key(q) for q in stream.draw(40)}) <= 3
-    # wider settings (a settings file's [task_config.gcd]) make room for the same held-out size
-    wide = build_mix("easy", ["gcd"], None, {"gcd": {"max_value": 40}})
-    check_training_room(wide, heldout_set(wide, 128, 1), 128)
+    # wider settings make room for the same held-out size: the preset's own (numbers to 20, 400 questions), or
+    # a settings file's [task_config.gcd]
+    for wide in (build_mix("easy", ["gcd"]), build_mix("easy", ["gcd"], None, {"gcd": {"max_value": 40}})):
+        check_training_room(wide, heldout_set(wide, 128, 1), 128)
 
 
 def test_another_heldout_draw_is_another_set_and_draw_0_is_every_nodes():
