@@ -363,6 +363,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
         mk = sorted(set(mid) & set(base_m))
         tasks = sorted({t for k in ek for t in end[k].get("per_task", {}) if t in base_e[k].get("per_task", {})})
         base_sum = sum(base_t[k] for k in keys)
+        greedy = {k: end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek}
         same, base_same = agent_paired_totals(common, config), agent_paired_totals(common, baseline)
         out.append(Paired(
             config=config, pairs=len(keys),
@@ -371,7 +372,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
             same_questions_diff=paired_interval([same[k] - base_same[k] for k in sorted(set(same) & set(base_same))]),
             greedy_change=paired_interval([end[k]["eval_accuracy"] - start[k]["eval_accuracy"]
                                            for k in sorted(set(end) & set(start))]),
-            greedy_diff=paired_interval([end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek]),
+            greedy_diff=paired_interval(list(greedy.values())),
             sampled_diff=paired_interval([end[k]["eval_sampled_accuracy"] - base_e[k]["eval_sampled_accuracy"]
                                           for k in ek]),
             middle_greedy_diff=paired_interval([mid[k]["eval_accuracy"] - base_m[k]["eval_accuracy"] for k in mk]),
@@ -380,7 +381,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
                  for k in ek if t in end[k].get("per_task", {}) and t in base_e[k].get("per_task", {})]))},
             greedy_diff_by_question=by_question(end, base_e, ek),
             greedy_diff_by_seed={seed: iv for seed in sorted({k[0] for k in ek}) if (iv := paired_interval(
-                [end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek if k[0] == seed]))},
+                [d for k, d in greedy.items() if k[0] == seed]))},
         ))
     return out
 
