@@ -12,23 +12,31 @@ every variant decodes the same number of tokens whatever it samples. Variants:
                  only), prompts whole; each stream holds 512 cells
   floor          today's set-up, but each prompt cut to its first 2 tokens: the same decoding steps and
                  matrix products with almost no attention, the bound any attention work could reach
+  gumbel         today's set-up with the sampler before 2026-12-05's: Gumbel-max, an exponential random
+                 number for every vocabulary entry of every row at every step (``gumbel_sample`` below)
 
 With ``--adapter FILE`` every variant runs with that LoRA loaded (as a node's rounds after the first do),
 and ``no-lora`` (today's without it) is added. ``--weights q8_0,bf16`` adds today's set-up on each of
 those working copies (``weights-FMT``; "today" runs the node's ``auto`` choice). Fastest of ``--repeats``
 per variant.
 
-    python benchmarks/bench_decode.py [--adapter lora.gguf] [--weights q8_0,bf16] [--tokens 96] [--repeats 3] [--threads 2]
+    python benchmarks/bench_decode.py [--adapter lora.gguf] [--weights q8_0,bf16] [--only today,gumbel]
+        [--tokens 96] [--repeats 3] [--threads 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import time
 from pathlib import Path
+from typing import Iterator
 
 import llama_cpp.llama_cpp as lc
+import numpy as np
+
+import engine.sampling.rollout as rollout
 
 from engine.config import NodeConfig, resolve_auto
 from engine.models.modelfile import bundled_model_path
@@ -59,6 +67,27 @@ def recontext(llm: LlamaModel, *, unified: bool = True, flash_attn: int = -1, n_
     llm.memory = lc.llama_get_memory(llm.ctx)
 
 
+def gumbel_sample(logits: np.ndarray, rng: np.random.Generator, temperature: float = 1.0, top_k: int = 0,
+                  top_p: float = 1.0, logprobs: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """The sampler before 2026-12-05 (untruncated only): argmax(z - log E), E ~ Exp(1) per entry."""
+    assert not top_k and top_p == 1.0
+    z = logits / np.float32(temperature)
+    with np.errstate(divide="ignore"):  # E == 0 has probability ~2^-24 an entry; -log(0) = inf is right
+        tokens = (z - np.log(rng.standard_exponential(z.shape, dtype=np.float32))).argmax(axis=1)
+    return tokens, (rollout.token_logprobs(logits, tokens, temperature) if logprobs else None)
+
+
+@contextlib.contextmanager
+def sampler(fn) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """Decode with another sampling function (None: the engine's own)."""
+    own = rollout.sample_tokens
+    rollout.sample_tokens = fn or own
+    try:
+        yield
+    finally:
+        rollout.sample_tokens = own
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--adapter", type=Path, help="a LoRA (GGUF) loaded in every variant")
@@ -68,6 +97,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--weights", default="", help="comma-separated working formats to add, e.g. q8_0,bf16")
+    ap.add_argument("--only", default="", help="comma-separated variants to run (default: all)")
     args = ap.parse_args()
 
     cfg = resolve_auto(NodeConfig(preset="easy", completions=args.completions), n_params=135_000_000,
@@ -92,18 +122,26 @@ def main() -> None:
     if max(len(p) for p in prompts) + args.tokens > STREAM_CELLS:
         raise SystemExit(f"a prompt does not fit a stream of {STREAM_CELLS} cells")
     tiny = [p[:2] for p in prompts]
-    variants: list[tuple[str, LlamaModel, bool, list[list[int]]]] = [
-        ("today", today, True, prompts),
-        ("whole", today, False, prompts),
-        ("no-fa", model(flash_attn=0), True, prompts),
-        ("streams", model(unified=False, n_ctx=n_seq * STREAM_CELLS), False, prompts),
-        ("floor", today, True, tiny),
+    only = set(filter(None, args.only.split(",")))
+    wanted = lambda name: not only or name in only or name == "today"  # noqa: E731 (today: the ratios' base)
+    # (name, model, prefix tree, prompts, sampler); a model is made only for a variant that runs
+    variants: list[tuple[str, LlamaModel, bool, list[list[int]], object]] = [
+        ("today", today, True, prompts, None),
+        ("whole", today, False, prompts, None),
+        ("floor", today, True, tiny, None),
+        ("gumbel", today, True, prompts, gumbel_sample),
     ]
+    if wanted("no-fa"):
+        variants.append(("no-fa", model(flash_attn=0), True, prompts, None))
+    if wanted("streams"):
+        variants.append(("streams", model(unified=False, n_ctx=n_seq * STREAM_CELLS), False, prompts, None))
     for fmt in filter(None, args.weights.split(",")):
         copy = working_gguf(bundled_model_path(), fmt, default_cache_dir() / "models")
-        variants.append((f"weights-{fmt}", model(copy), True, prompts))
-    if args.adapter:
-        variants.append(("no-lora", LlamaModel(path, n_ctx=n_ctx, n_seq_max=n_seq, threads=args.threads), True, prompts))
+        variants.append((f"weights-{fmt}", model(copy), True, prompts, None))
+    if args.adapter and wanted("no-lora"):
+        variants.append(("no-lora", LlamaModel(path, n_ctx=n_ctx, n_seq_max=n_seq, threads=args.threads), True,
+                         prompts, None))
+    variants = [v for v in variants if wanted(v[0]) or v[0].startswith("weights-")]
     params = SamplingParams(args.tokens, 1.0, min_tokens=args.tokens, stop_at_answer=False)
 
     print(f"machine: {platform.processor() or platform.machine()}, {args.threads} threads; working copy "
@@ -112,11 +150,12 @@ def main() -> None:
           f"{args.tokens} tokens; adapter: {args.adapter or 'none'}; fastest of {args.repeats}")
     best: dict[str, float] = {}
     for rep in range(args.repeats):
-        for name, llm, share, ps in variants:
+        for name, llm, share, ps, fn in variants:
             gen = RolloutGenerator(llm, seed=7, share_prefixes=share)
-            t0 = time.perf_counter()
-            gen.generate(ps, args.completions, params)
-            seconds = time.perf_counter() - t0
+            with sampler(fn):
+                t0 = time.perf_counter()
+                gen.generate(ps, args.completions, params)
+                seconds = time.perf_counter() - t0
             best[name] = min(best.get(name, float("inf")), seconds)
             print(f"  {rep} {name:8s} {seconds:6.2f} s ({gen.last.tokens} tokens, prompt tokens computed "
                   f"{gen.last.prompt_tokens_computed})", flush=True)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.sampling.rollout import RolloutGenerator, SamplingParams, sample_tokens
+from engine.sampling.rollout import BLOCK, RolloutGenerator, SamplingParams, draw, sample_tokens
 from engine.tasks.questions import build_messages
 
 
@@ -75,8 +77,8 @@ def test_packing_splits_batches_that_do_not_fit(llm):
 def test_sample_tokens_greedy_and_top_k():
     rng = np.random.default_rng(0)
     logits = np.array([[0.0, 5.0, 1.0, 4.9], [3.0, 0.0, 0.0, 0.0]], dtype=np.float32)
-    assert sample_tokens(logits, rng, temperature=0).tolist() == [1, 0]
-    draws = np.stack([sample_tokens(logits, rng, 1.0, top_k=2) for _ in range(300)])
+    assert sample_tokens(logits, rng, temperature=0)[0].tolist() == [1, 0]
+    draws = np.stack([sample_tokens(logits, rng, 1.0, top_k=2)[0] for _ in range(300)])
     assert set(draws[:, 0]) == {1, 3}
 
 
@@ -84,7 +86,7 @@ def test_sample_tokens_matches_softmax_frequencies():
     rng = np.random.default_rng(1)
     logits = np.log(np.array([[0.5, 0.3, 0.2]], dtype=np.float32))
     rows = np.repeat(logits, 20000, axis=0)
-    counts = np.bincount(sample_tokens(rows, rng, 1.0), minlength=3) / len(rows)
+    counts = np.bincount(sample_tokens(rows, rng, 1.0)[0], minlength=3) / len(rows)
     assert np.allclose(counts, [0.5, 0.3, 0.2], atol=0.015)
 
 
@@ -92,7 +94,56 @@ def test_sample_tokens_top_p_keeps_the_smallest_prefix():
     rng = np.random.default_rng(2)
     logits = np.log(np.array([[0.6, 0.25, 0.1, 0.05]], dtype=np.float32))
     rows = np.repeat(logits, 2000, axis=0)
-    assert set(sample_tokens(rows, rng, 1.0, top_p=0.8).tolist()) == {0, 1}
+    assert set(sample_tokens(rows, rng, 1.0, top_p=0.8)[0].tolist()) == {0, 1}
+
+
+def test_sample_tokens_matches_softmax_over_many_blocks():
+    """A vocabulary of several blocks, not a multiple of the block: each token drawn as often as
+    softmax(logits / T) says (5 standard errors), temperature included, and each draw's log-prob exact."""
+    rng = np.random.default_rng(3)
+    v = 3 * BLOCK + 17
+    logits = rng.normal(0, 1, v).astype(np.float32)
+    hot = [0, BLOCK - 1, BLOCK, 2 * BLOCK + 5, v - 1]  # block edges and the padded tail
+    logits[hot] = [6.0, 5.5, 5.8, 6.2, 5.9]
+    for t in (1.0, 0.7):
+        rows = np.repeat(logits[None], 40000, axis=0)
+        tokens, lps = sample_tokens(rows, rng, t, logprobs=True)
+        p = np.exp(logits / t - (logits / t).max())
+        p /= p.sum()
+        counts = np.bincount(tokens, minlength=v) / len(rows)
+        assert np.all(np.abs(counts[hot] - p[hot]) < 5 * np.sqrt(p[hot] * (1 - p[hot]) / len(rows)))
+        assert np.allclose(lps, np.log(p[tokens]), atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3 * BLOCK), st.integers(0, 2**32 - 1), st.floats(0.05, 3.0))
+def test_sample_tokens_never_draws_a_masked_token(v, seed, temperature):
+    """Whatever the vocabulary size and however the mass lies (a single live token, live tokens only at
+    the end of the padded last block, a dominating one), a token with logit -inf is never drawn."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 30, (8, v)).astype(np.float32)
+    logits[rng.random((8, v)) < 0.9] = -np.inf
+    logits[0, :] = -np.inf
+    logits[0, rng.integers(v)] = 0.0
+    logits[1, :-1] = -np.inf
+    logits[1, -1] = 1.0
+    logits[2, rng.integers(v)] = 1e4
+    logits[np.isinf(logits).all(axis=1), 0] = 0.0
+    tokens, lps = sample_tokens(logits, rng, temperature, logprobs=True)
+    assert np.isfinite(logits[np.arange(8), tokens]).all()
+    assert np.isfinite(lps).all() and (lps <= 1e-6).all()
+
+
+def test_draw_survives_rounding_at_the_row_end():
+    """u rounded up to the row's sum must still land on the last entry with mass, not past it."""
+    class Top:
+        def random(self, n):
+            return np.full(n, np.nextafter(1.0, 0.0))
+    p = np.zeros((2, BLOCK * 2), dtype=np.float32)
+    p[0, 3] = 1.0
+    p[1, [BLOCK + 7, BLOCK + 9]] = [1e-30, 1e-30]
+    tokens, _ = draw(p, Top())
+    assert tokens.tolist() == [3, BLOCK + 9]
 
 
 def test_greedy_first_completions_equal_a_greedy_run(llm):
