@@ -32,15 +32,21 @@ def _lib(name: str) -> ctypes.CDLL | None:
     return ctypes.CDLL(path) if path else None
 
 
+_XVFB: dict[str, object] = {}  # the running server and its log, for a failure's message
+
+
 @pytest.fixture(scope="module")
-def display():
+def display(tmp_path_factory):
     missing = [what for what, ok in (("Xvfb", shutil.which("Xvfb")), ("libXss", _lib("Xss")),
                                      ("libXtst", _lib("Xtst")), ("libX11", _lib("X11"))) if not ok]
     if missing:
         _missing(f"needs {', '.join(missing)} (Debian: xvfb libxss1 libxtst6)")
+    log = tmp_path_factory.mktemp("xvfb") / "xvfb.log"
     # -displayfd: the server picks a free display number and writes it to us once it accepts clients.
-    proc = subprocess.Popen(["Xvfb", "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "320x240x24"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    with log.open("wb") as err:
+        proc = subprocess.Popen(["Xvfb", "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "320x240x24"],
+                                stdout=subprocess.PIPE, stderr=err)
+    _XVFB.update(proc=proc, log=log)
     try:
         assert proc.stdout is not None
         number = proc.stdout.readline().decode().strip()
@@ -51,6 +57,23 @@ def display():
         proc.wait(10)
 
 
+def _open(x11: ctypes.CDLL, display: str) -> int:
+    """A connection to the test's server. Tried for a few seconds: once, in a full CI run on a loaded
+    2-core machine, the first test of this file talked to the server and the next could not connect."""
+    deadline = time.monotonic() + 5
+    while True:
+        dpy = x11.XOpenDisplay(display.encode())
+        if dpy or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if not dpy:
+        proc, log = _XVFB.get("proc"), _XVFB.get("log")
+        alive = proc is not None and proc.poll() is None  # type: ignore[attr-defined]
+        tail = log.read_text(errors="replace")[-400:] if log is not None else ""  # type: ignore[attr-defined]
+        pytest.fail(f"cannot open {display}: Xvfb {'running' if alive else 'gone'}; its log: {tail!r}")
+    return dpy
+
+
 def _move_pointer(display: str, x: int) -> None:
     """A real input event, as a mouse would make it: XTest's fake motion through the server."""
     x11, xtst = _lib("X11"), _lib("Xtst")
@@ -59,8 +82,7 @@ def _move_pointer(display: str, x: int) -> None:
     x11.XSync.argtypes = [ctypes.c_void_p, ctypes.c_int]
     x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
     xtst.XTestFakeMotionEvent.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_ulong]
-    dpy = x11.XOpenDisplay(display.encode())
-    assert dpy
+    dpy = _open(x11, display)
     try:
         assert xtst.XTestFakeMotionEvent(dpy, -1, x, 10, 0)
         x11.XSync(dpy, 0)
