@@ -114,8 +114,9 @@ def test_plain_ws_to_the_tls_port_fails_cleanly(relay: RelayProcess, pki: PKI) -
     with pytest.raises(OSError):  # plain http, likewise
         urllib.request.urlopen(f"http://127.0.0.1:{relay.port}/healthz", timeout=5)
     # The relay shrugged it off: a proper client still gets in.
-    good = _client(relay.url, B, pki.ca)
-    assert good.ensure_connected() and good.stats() is not None
+    good_log: list[str] = []
+    good = _client(relay.url, B, pki.ca, good_log)
+    assert _once_linked(good, good.stats) is not None, good_log
     good.close()
 
 
