@@ -12,6 +12,7 @@ every variant decodes the same number of tokens whatever it samples. Variants:
                  only), prompts whole; each stream holds 512 cells
   floor          today's set-up, but each prompt cut to its first 2 tokens: the same decoding steps and
                  matrix products with almost no attention, the bound any attention work could reach
+  kv-q8_0        today's set-up with the KV cache in Q8_0 instead of F16 (about half its memory)
   gumbel         today's set-up with the sampler before 2026-12-05's: Gumbel-max, an exponential random
                  number for every vocabulary entry of every row at every step (``gumbel_sample`` below)
 
@@ -49,7 +50,8 @@ from engine.tasks.questions import Prompts, QuestionStream, build_mix, heldout_s
 STREAM_CELLS = 512
 
 
-def recontext(llm: LlamaModel, *, unified: bool = True, flash_attn: int = -1, n_ctx: int | None = None) -> None:
+def recontext(llm: LlamaModel, *, unified: bool = True, flash_attn: int = -1, n_ctx: int | None = None,
+              kv_type: int = 1) -> None:
     """Replace ``llm``'s context with one of other settings (a benchmark's knob: the node has one set-up)."""
     p = lc.llama_context_default_params()
     p.n_ctx = n_ctx or llm.n_ctx
@@ -58,6 +60,7 @@ def recontext(llm: LlamaModel, *, unified: bool = True, flash_attn: int = -1, n_
     p.n_threads = p.n_threads_batch = lc.llama_n_threads(llm.ctx)
     p.kv_unified = unified
     p.flash_attn_type = flash_attn
+    p.type_k = p.type_v = kv_type  # ggml types: 1 f16 (llama.cpp's default), 8 q8_0
     p.no_perf = True
     lc.llama_free(llm.ctx)
     llm.ctx = lc.llama_init_from_model(llm.model, p)
@@ -133,6 +136,8 @@ def main() -> None:
     ]
     if wanted("no-fa"):
         variants.append(("no-fa", model(flash_attn=0), True, prompts, None))
+    if wanted("kv-q8_0"):
+        variants.append(("kv-q8_0", model(kv_type=8), True, prompts, None))
     if wanted("streams"):
         variants.append(("streams", model(unified=False, n_ctx=n_seq * STREAM_CELLS), False, prompts, None))
     for fmt in filter(None, args.weights.split(",")):
