@@ -47,6 +47,7 @@ VARIANTS = {
     "fp32": {"shared_prefix": True, "checkpointing": "auto", "dtype": "fp32"},
     "default": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},
     "old": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto"},  # run with --old's engine
+    "peft-lora": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peft_forward": True},
     "wide": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "micro_batch": 16},
     "peers-all": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "onpolicy"},
     "peers": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "drop"},
@@ -121,6 +122,12 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
     model = attach_lora(load_base(model_path, cache / "torch", dtype=dtype, device=device),
                         lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"]))
+    if v.get("peft_forward"):  # today's step with peft's own LoRA forward instead of FusedLoraLinear
+        from peft.tuners.lora import Linear as PeftLoraLinear
+
+        for m in model.modules():
+            if isinstance(m, PeftLoraLinear):
+                m.__class__ = PeftLoraLinear
     trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
                                          shared_prefix=v["shared_prefix"], external_negatives=v.get("peers", "drop"),
                                          memory_budget=memory_budget(None, device)))
@@ -223,7 +230,7 @@ def main() -> None:
     ap.add_argument("--lengths", default="4,8", help="group sizes L (full run)")
     ap.add_argument("--no-memory", action="store_true", help="skip the 32 x 256 memory check (full run)")
     ap.add_argument("--variants", default="today,fp32,default",
-                    help="variants to time, the first is the base of the ratios (issue 22: old,default,wide "
+                    help="variants to time, the first is the base of the ratios (issue 22: old,peft-lora,default,wide "
                          "with --old; peers-all,peers)")
     ap.add_argument("--old", type=Path, help="an older checkout (git worktree) for the variant old")
     ap.add_argument("--device", default="cpu", help="where the step trains: cpu (the default), cuda, mps or auto")

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.tasks.groups import TrainGroup, TrainSequence
-from engine.learning.policy import attach_lora, lora_config
+from engine.learning.policy import FusedLoraLinear, attach_lora, lora_config
 from engine.learning.packing import MIN_SHARED, plan_prefixes, prompt_tree, tree_batch, tree_tokens
 from engine.learning.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
@@ -457,6 +457,46 @@ def test_bf16_base_keeps_lora_and_activations_fp32():
     ref_stats, ref = run(tiny_policy(), groups())
     assert stats.logprob_mean == pytest.approx(ref_stats.logprob_mean, abs=0.02)
     assert cosine(got, ref) > 0.99
+
+
+def with_pefts_forward(model):
+    """The same model with peft's own LoRA forward, the one ``FusedLoraLinear`` replaces."""
+    from peft.tuners.lora import Linear
+
+    for m in model.modules():
+        if isinstance(m, FusedLoraLinear):
+            m.__class__ = Linear
+    return model
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_the_fused_lora_forward_is_pefts_bit_for_bit(arch, bf16):
+    model = tiny_policy(arch=arch, bf16=bf16)
+    fused = [m for m in model.modules() if isinstance(m, FusedLoraLinear)]
+    assert len(fused) == 4 * len(model.get_base_model().model.layers)  # q, k, v, o of every layer
+    assert all(m._plain_adapter() == "default" for m in fused)  # the fused path, not peft's fallback
+    stats, got = run(model, groups())
+    ref_stats, ref = run(with_pefts_forward(tiny_policy(arch=arch, bf16=bf16)), groups())
+    assert not any(isinstance(m, FusedLoraLinear) for m in with_pefts_forward(tiny_policy()).modules())
+    assert stats.loss == ref_stats.loss and stats.logprob_mean == ref_stats.logprob_mean
+    assert got.keys() == ref.keys() and all(torch.equal(got[n], ref[n]) for n in ref)
+
+
+def test_a_lora_with_dropout_takes_pefts_forward():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("llama", vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    model = attach_lora(AutoModelForCausalLM.from_config(cfg), lora_config(4, 8, 0.5, ["q_proj"]))
+    layer = next(m for m in model.modules() if isinstance(m, FusedLoraLinear))
+    assert layer._plain_adapter() is None
+    x = torch.randn(2, 5, 32)
+    torch.manual_seed(3)
+    out = layer(x)
+    with_pefts_forward(model)
+    torch.manual_seed(3)
+    assert torch.equal(out, layer(x))  # the same dropout mask: peft's forward ran
 
 
 # --- the bundled model: real weights, real prompts, real completions ---
