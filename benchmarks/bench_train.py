@@ -13,6 +13,8 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   old:     the default step of an older checkout (``--old``, e.g. a worktree of d9a16b6, the speed issue's
            baseline, from before the engine was grouped by stage, or of 321fbd8, whose micro-batches ran
            their rests and completions in two padded passes), on the same weights as the others
+  peft-lora: the default with peft's own LoRA forward instead of ``FusedLoraLinear`` (2026-12-06); the
+           same two in one process, alternating: benchmarks/bench_lora_forward.py
   wide:    the default with micro-batches of up to 16 completions instead of 8, so more groups
            of one task share a micro-batch (memory permitting)
   peers-all, peers: a sharing round's update, the second half of the groups from peers: their
