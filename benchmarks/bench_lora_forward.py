@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from peft.tuners.lora import Linear as PeftLoraLinear
-
-from engine.learning.policy import FusedLoraLinear, attach_lora, load_base, lora_config
+from engine.learning.policy import attach_lora, load_base, lora_config, set_fused_lora
 from engine.learning.trainer import TrainConfig, Trainer
 from engine.models.accel import memory_budget
 from engine.models.hardware import tune_allocator
@@ -34,12 +32,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_train  # noqa: E402  (its groups and model path)
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def use(model: torch.nn.Module, cls: type) -> None:
-    for m in model.modules():
-        if isinstance(m, PeftLoraLinear):
-            m.__class__ = cls
 
 
 def main() -> None:
@@ -65,8 +57,8 @@ def main() -> None:
     trainer = Trainer(model, TrainConfig(micro_batch=8, memory_budget=memory_budget(None, cpu)))
     trainer.step(groups[:1])  # warm-up
 
-    def gradients(cls: type) -> dict[str, torch.Tensor]:
-        use(model, cls)
+    def gradients(fused: bool) -> dict[str, torch.Tensor]:
+        set_fused_lora(model, fused)
         lr = [g["lr"] for g in trainer.optimizer.param_groups]
         for g in trainer.optimizer.param_groups:
             g["lr"] = 0.0  # the weights stay where they are
@@ -75,14 +67,14 @@ def main() -> None:
             g["lr"] = r
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
-    peft_grads, fused_grads = gradients(PeftLoraLinear), gradients(FusedLoraLinear)
+    peft_grads, fused_grads = gradients(False), gradients(True)
     same = sum(torch.equal(peft_grads[n], fused_grads[n]) for n in peft_grads)
     print(f"machine: {platform.processor() or platform.machine()}, {args.threads} threads; {len(groups)} easy groups "
           f"x 4 answers; LoRA gradients bit for bit equal in {same} of {len(peft_grads)} tensors", flush=True)
     times: dict[str, list[float]] = {"peft": [], "fused": []}
     for _ in range(args.repeats):
-        for name, cls in (("peft", PeftLoraLinear), ("fused", FusedLoraLinear)):
-            use(model, cls)
+        for name, fused in (("peft", False), ("fused", True)):
+            set_fused_lora(model, fused)
             t0 = time.perf_counter()
             trainer.step(groups)
             times[name].append(time.perf_counter() - t0)

@@ -125,11 +125,7 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
                         lora_config(16, 32, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"]))
     if v.get("peft_forward"):  # today's step with peft's own LoRA forward instead of FusedLoraLinear
-        from peft.tuners.lora import Linear as PeftLoraLinear
-
-        for m in model.modules():
-            if isinstance(m, PeftLoraLinear):
-                m.__class__ = PeftLoraLinear
+        policy.set_fused_lora(model, False)
     trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
                                          shared_prefix=v["shared_prefix"], external_negatives=v.get("peers", "drop"),
                                          memory_budget=memory_budget(None, device)))

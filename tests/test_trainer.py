@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.tasks.groups import TrainGroup, TrainSequence
-from engine.learning.policy import FusedLoraLinear, attach_lora, lora_config
+from engine.learning.policy import FusedLoraLinear, attach_lora, lora_config, set_fused_lora
 from engine.learning.packing import MIN_SHARED, plan_prefixes, prompt_tree, tree_batch, tree_tokens
 from engine.learning.trainer import TrainConfig, Trainer, _clean, _slice, micro_batches, target_logprobs
 from engine.learning.memory import BatchShape, Dims, MemoryPlan, SavedBytes, estimate_bytes
@@ -461,11 +461,7 @@ def test_bf16_base_keeps_lora_and_activations_fp32():
 
 def with_pefts_forward(model):
     """The same model with peft's own LoRA forward, the one ``FusedLoraLinear`` replaces."""
-    from peft.tuners.lora import Linear
-
-    for m in model.modules():
-        if isinstance(m, FusedLoraLinear):
-            m.__class__ = Linear
+    set_fused_lora(model, False)
     return model
 
 

@@ -201,7 +201,7 @@ class FusedLoraLinear(PeftLoraLinear):
 
     peft computes ``base(x) + B(A(x)) * s`` as three operations and three autograd nodes for every adapted
     matrix, ~210 of them in a SmolLM2 forward; on a CPU training step of short answers their per-call cost is
-    a visible share (a training step 1.08x faster, docs/BENCHMARKS.md). The same products in the same order:
+    a visible share (a training step ~5-9 % faster, docs/BENCHMARKS.md). The same products in the same order:
     outputs and gradients equal peft's bit for bit on CPU (tests/test_trainer.py). Anything but a plain
     adapter (dropout, a second adapter, DoRA and other variants, merged weights, a bias on B) takes peft's own
     forward.
@@ -233,10 +233,16 @@ def attach_lora(base: torch.nn.Module, config: LoraConfig) -> PeftModel:
             model = get_peft_model(base, config)
     except ValueError as exc:
         raise SapoError(f"LoRA targets {config.target_modules} do not fit this model: {exc}") from None
-    for module in model.modules():
-        if type(module) is PeftLoraLinear:
-            module.__class__ = FusedLoraLinear  # same parameters and state dict, two operations fewer
+    set_fused_lora(model, True)
     return model
+
+
+def set_fused_lora(model: torch.nn.Module, fused: bool) -> None:
+    """Every LoRA linear map runs ``FusedLoraLinear``'s forward, or peft's own (benchmarks and tests compare
+    the two). Only the class changes: same parameters, same state dict."""
+    for module in model.modules():
+        if isinstance(module, PeftLoraLinear):
+            module.__class__ = FusedLoraLinear if fused else PeftLoraLinear
 
 
 def lora_state(model: PeftModel) -> dict[str, torch.Tensor]:
