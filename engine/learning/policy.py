@@ -239,10 +239,12 @@ def attach_lora(base: torch.nn.Module, config: LoraConfig) -> PeftModel:
 
 def set_fused_lora(model: torch.nn.Module, fused: bool) -> None:
     """Every LoRA linear map runs ``FusedLoraLinear``'s forward, or peft's own (benchmarks and tests compare
-    the two). Only the class changes: same parameters, same state dict."""
+    the two). Only the class changes: same parameters, same state dict. Exact classes only: a subclass of
+    peft's Linear has a forward of its own, which is kept."""
+    source, target = (PeftLoraLinear, FusedLoraLinear) if fused else (FusedLoraLinear, PeftLoraLinear)
     for module in model.modules():
-        if isinstance(module, PeftLoraLinear):
-            module.__class__ = FusedLoraLinear if fused else PeftLoraLinear
+        if type(module) is source:
+            module.__class__ = target
 
 
 def lora_state(model: PeftModel) -> dict[str, torch.Tensor]:
