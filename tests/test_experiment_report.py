@@ -256,6 +256,30 @@ def test_same_questions_reward_is_paired_on_the_main_streams_questions_only():
     assert "| swarm | 2 | -0.45 [" in format_paired([p]) and "| +0.20 (n=1) |" in format_paired([p])
 
 
+def test_reward_without_the_format_bonus_is_paired_too():
+    # Both configurations earn the 0.1 format bonus every round; swarm's task score is twice alone's. The
+    # reward ratio reads (0.1 + 0.4) / (0.1 + 0.2) = 1.67x, the score ratio 2.0x. Agent 1's second round was
+    # recovered from a checkpoint (no task score): that agent is left out of the score ratio, not counted as 0.
+    def rec(config, agent, rnd, score, correct):
+        r = {"type": "round", "config": config, "seed": 0, "agent": agent, "round": rnd,
+             "reward_mean": 0.1 + score, "task_score": score, "accuracy": correct}
+        if agent == 1 and rnd == 2 and config == "swarm":
+            del r["task_score"]
+        return r
+    records = [rec(c, a, n, 0.2 * k, 0.1 * k * k) for c, k in (("alone", 1), ("swarm", 2))
+               for a in (0, 1) for n in (1, 2)]
+    (p,) = paired(records, {})
+    assert p.total_ratio == pytest.approx(0.5 / 0.3)
+    assert p.score_ratio == pytest.approx(2.0) and p.score_diff is not None and p.score_diff.n == 1
+    assert p.score_diff.mean == pytest.approx(0.4)  # (0.4 + 0.4) - (0.2 + 0.2), agent 0 only
+    assert p.correct_ratio == pytest.approx(4.0)
+    assert "- swarm: 2.00x (+0.40 (n=1) per pair); fully correct 4.00x" in format_paired([p])
+    # Records without the figures (older code): no line, no error.
+    bare = [{k: v for k, v in r.items() if k not in ("task_score", "accuracy")} for r in records]
+    (q,) = paired(bare, {})
+    assert q.score_ratio is None and "without the format bonus" not in format_paired([q])
+
+
 def test_unfinished_cells_are_paired_over_the_rounds_both_finished():
     # Alone's agent 0 is a round ahead of swarm's: its round 3 is left out of the pair, not counted against swarm.
     records = [{"type": "round", "config": c, "seed": 0, "agent": 0, "round": n, "reward_mean": v}

@@ -275,19 +275,33 @@ def _detailed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if not r.get("recovered")]
 
 
-def agent_paired_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]:
-    """Total over rounds of the reward on the main stream's questions (``paired_reward_mean``), the same
-    questions in every configuration; only agents whose every round carries it (older records do not)."""
+def agent_field_totals(records: list[dict[str, Any]], config: str, name: str) -> dict[Key, float]:
+    """Total over rounds of a round figure per (seed, agent); only agents whose every round carries it (older
+    records, or a round recovered from a checkpoint's history, may not)."""
     out: dict[Key, float] = defaultdict(float)
     missing: set[Key] = set()
     for r in records:
         if r["config"] == config:
             key = (int(r["seed"]), int(r["agent"]))
-            if r.get("paired_reward_mean") is None:
+            if r.get(name) is None:
                 missing.add(key)
             else:
-                out[key] += r["paired_reward_mean"]
+                out[key] += r[name]
     return {k: v for k, v in out.items() if k not in missing}
+
+
+def agent_paired_totals(records: list[dict[str, Any]], config: str) -> dict[Key, float]:
+    """Total over rounds of the reward on the main stream's questions (``paired_reward_mean``), the same
+    questions in every configuration."""
+    return agent_field_totals(records, config, "paired_reward_mean")
+
+
+def _ratio_of_sums(tot: dict[Key, float], base: dict[Key, float]) -> tuple[Interval | None, float | None]:
+    """Paired difference and ratio of sums over the pairs both sides have."""
+    keys = sorted(set(tot) & set(base))
+    base_sum = sum(base[k] for k in keys)
+    return (paired_interval([tot[k] - base[k] for k in keys]),
+            sum(tot[k] for k in keys) / base_sum if base_sum else None)
 
 
 def agent_evals(evals: dict[tuple[str, int], dict[str, Any]], config: str, when: str = "eval") -> dict[Key, dict]:
@@ -315,6 +329,12 @@ class Paired:
     # End greedy minus the baseline's per seed, the interval over that seed's agents: the seeds' spread is most
     # of the interval over pairs when they disagree (run 13: +0.006, +0.024, +0.062).
     greedy_diff_by_seed: dict[int, Interval] = field(default_factory=dict)
+    # The same totals without the node's format bonus (reasoning-gym's score alone: the reward the paper sums,
+    # which has no format term), and of fully correct answers. The bonus is earned alike once both configurations
+    # write the tag, so it pulls the reward ratio toward 1.
+    score_diff: Interval | None = None
+    score_ratio: float | None = None
+    correct_ratio: float | None = None
 
 
 def by_question(end: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]], keys: list[Any]) -> Interval | None:
@@ -365,6 +385,10 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
         base_sum = sum(base_t[k] for k in keys)
         greedy = {k: end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek}
         same, base_same = agent_paired_totals(common, config), agent_paired_totals(common, baseline)
+        score_diff, score_ratio = _ratio_of_sums(agent_field_totals(common, config, "task_score"),
+                                                 agent_field_totals(common, baseline, "task_score"))
+        _, correct_ratio = _ratio_of_sums(agent_field_totals(common, config, "accuracy"),
+                                          agent_field_totals(common, baseline, "accuracy"))
         out.append(Paired(
             config=config, pairs=len(keys),
             total_diff=paired_interval([tot[k] - base_t[k] for k in keys]),
@@ -382,6 +406,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
             greedy_diff_by_question=by_question(end, base_e, ek),
             greedy_diff_by_seed={seed: iv for seed in sorted({k[0] for k in ek}) if (iv := paired_interval(
                 [d for k, d in greedy.items() if k[0] == seed]))},
+            score_diff=score_diff, score_ratio=score_ratio, correct_ratio=correct_ratio,
         ))
     return out
 
@@ -403,6 +428,12 @@ def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
              f"| {_iv(p.middle_greedy_diff)} | {_iv(p.greedy_diff)} | {_iv(p.sampled_diff)} |" for p in rows]
     tasks = sorted({t for p in rows for t in p.per_task})
     text = head + "\n".join(lines) + "\n"
+    scored = [p for p in rows if p.score_ratio is not None]
+    if scored:
+        text += (f"\nTotal reward without the format bonus (reasoning-gym's score alone, the reward the paper sums), "
+                 f"and of fully correct answers, against {baseline}:\n\n"
+                 + "".join(f"- {p.config}: {_f(p.score_ratio, 2)}x ({_iv(p.score_diff, 2)} per pair); fully correct "
+                           f"{_f(p.correct_ratio, 2)}x\n" for p in scored))
     by_q = [p for p in rows if p.greedy_diff_by_question is not None]
     if by_q:
         text += (f"\nHeld-out greedy at the end minus {baseline}, the interval over held-out questions (every agent "
