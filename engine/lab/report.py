@@ -382,7 +382,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
         ek = sorted(set(end) & set(base_e))
         mk = sorted(set(mid) & set(base_m))
         tasks = sorted({t for k in ek for t in end[k].get("per_task", {}) if t in base_e[k].get("per_task", {})})
-        base_sum = sum(base_t[k] for k in keys)
+        total_diff, total_ratio = _ratio_of_sums(tot, base_t)
         greedy = {k: end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek}
         same, base_same = agent_paired_totals(common, config), agent_paired_totals(common, baseline)
         score_diff, score_ratio = _ratio_of_sums(agent_field_totals(common, config, "task_score"),
@@ -391,8 +391,7 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
                                           agent_field_totals(common, baseline, "accuracy"))
         out.append(Paired(
             config=config, pairs=len(keys),
-            total_diff=paired_interval([tot[k] - base_t[k] for k in keys]),
-            total_ratio=sum(tot[k] for k in keys) / base_sum if base_sum else None,
+            total_diff=total_diff, total_ratio=total_ratio,
             same_questions_diff=paired_interval([same[k] - base_same[k] for k in sorted(set(same) & set(base_same))]),
             greedy_change=paired_interval([end[k]["eval_accuracy"] - start[k]["eval_accuracy"]
                                            for k in sorted(set(end) & set(start))]),
