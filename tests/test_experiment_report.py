@@ -228,7 +228,9 @@ def test_a_mixed_run_is_paired_per_model(tmp_path: Path):
         path.write_text("".join(json.dumps({**r, "model": "ab"[r["agent"]]}) + "\n" for r in rows))
         done = tmp_path / config / "seed-0" / "done.json"
         data = json.loads(done.read_text())
-        data["eval"] = {str(a): {**_evals(0.5, {}), "model": "ab"[a]} for a in rs}
+        # Held-out on task t at the end: model a 0.5 in both; model b 0.2 alone, 0.6 in the swarm.
+        end = {0: 0.5, 1: 0.6 if config == "swarm" else 0.2}
+        data["eval"] = {str(a): {**_evals(end[a], {"t": end[a]}), "model": "ab"[a]} for a in rs}
         done.write_text(json.dumps(data))
     records, evals = load_runs([tmp_path])
     (b,) = paired(*only_model(records, evals, "b"))
@@ -237,6 +239,11 @@ def test_a_mixed_run_is_paired_per_model(tmp_path: Path):
     assert a.total_diff is not None and a.total_diff.mean == pytest.approx(0.0)
     text = report([tmp_path], tmp_path / "f.png")
     assert "### agents running a" in text and "### agents running b" in text
+    # Each model's section has its own held-out course per task (no start or middle evaluations here).
+    b_part = text.split("### agents running b")[1]
+    assert "| alone | - / - / 0.200 |" in b_part and "| swarm | - / - / 0.600 |" in b_part
+    a_part = text.split("### agents running a")[1].split("### agents running b")[0]
+    assert "| alone | - / - / 0.500 |" in a_part and "| swarm | - / - / 0.500 |" in a_part
 
 
 def test_same_questions_reward_is_paired_on_the_main_streams_questions_only():

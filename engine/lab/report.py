@@ -719,9 +719,10 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
         text += format_paired(paired(records, evals, against), against) + phases(records, against)
     text += task_course(evals) + phases(records) + group_mix(records) + cost(records, evals)
     models = sorted({r["model"] for r in records if r.get("model")})
-    if len(models) > 1:  # a mixed swarm: each model's agents against their own alone
+    if len(models) > 1:  # a mixed swarm: each model's agents against their own alone, and their course
         for m in models:
-            text += f"\n### agents running {m}\n" + format_paired(paired(*only_model(records, evals, m)))
+            mine = only_model(records, evals, m)
+            text += f"\n### agents running {m}\n" + format_paired(paired(*mine)) + task_course(mine[1])
     out = plot_path or dirs[0] / "reward.png"
     try:
         plot(records, out, window)
