@@ -721,8 +721,8 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
     models = sorted({r["model"] for r in records if r.get("model")})
     if len(models) > 1:  # a mixed swarm: each model's agents against their own alone, and their course
         for m in models:
-            mine = only_model(records, evals, m)
-            text += f"\n### agents running {m}\n" + format_paired(paired(*mine)) + task_course(mine[1])
+            m_records, m_evals = only_model(records, evals, m)
+            text += f"\n### agents running {m}\n" + format_paired(paired(m_records, m_evals)) + task_course(m_evals)
     out = plot_path or dirs[0] / "reward.png"
     try:
         plot(records, out, window)
