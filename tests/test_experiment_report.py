@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SapoError
-from engine.lab.report import (by_question, curves, format_paired, format_table, group_mix, load_runs, only_model, only_seeds, paired, paired_interval,
+from engine.lab.report import (by_question, catch_up, curves, format_paired, format_table, group_mix, load_runs, only_model, only_seeds, paired, paired_interval,
                                phase_bounds, phases, task_course,
                                report, t975, table)
 
@@ -322,6 +322,29 @@ def test_phase_bounds_cover_every_round_once():
     for n in range(1, 30):
         spans = phase_bounds(n)
         assert [r for a, b in spans for r in range(a, b + 1)] == list(range(1, n + 1))
+
+
+def test_catch_up_counts_rounds_to_the_baselines_final_reward():
+    # Two agents, 4 rounds. Mean over agents: alone 0.2, 0.3, 0.4, 0.5; swarm 0.3, 0.5, 0.5, 0.5 (at alone's
+    # final 0.5 from round 2); stuck 0.1 every round. With a 2-round average alone ends at 0.45 (reached at
+    # round 4) and swarm reaches it at round 3.
+    rewards = {"alone": [[0.1, 0.2, 0.3, 0.4], [0.3, 0.4, 0.5, 0.6]],
+               "swarm": [[0.2, 0.4, 0.4, 0.4], [0.4, 0.6, 0.6, 0.6]],
+               "stuck": [[0.1] * 4, [0.1] * 4]}
+    records = [{"type": "round", "config": c, "seed": 0, "agent": a, "round": n + 1, "reward_mean": x}
+               for c, by_agent in rewards.items() for a, xs in enumerate(by_agent) for n, x in enumerate(xs)]
+    text = catch_up(records, window=1)
+    assert "reward at round 4 (0.500 a round, 1-round average over agents): alone round 4" in text
+    assert "- swarm: round 2 (2.0x as fast)" in text
+    assert "- stuck: not by round 4" in text
+    assert "- swarm: round 3 (1.3x as fast)" in catch_up(records, window=2)
+    # A swarm run longer than its baseline is read only up to the baseline's last round.
+    longer = records + [{**records[-1], "config": "stuck", "round": 5, "reward_mean": 0.9}]
+    assert "- stuck: not by round 4" in catch_up(longer, window=1)
+    assert catch_up([r for r in records if r["config"] != "alone"]) == ""  # nothing to catch up with
+    # A baseline that ends no higher than it started gives no rounds to count (Gemma alone in mixed-chain3).
+    falling = [{**r, "reward_mean": 0.5 - 0.1 * r["round"]} if r["config"] == "alone" else r for r in records]
+    assert catch_up(falling, window=1).endswith("none to count, alone was there from round 1 (0.400)\n")
 
 
 def test_phases_show_an_early_gain_that_a_late_loss_cancels():

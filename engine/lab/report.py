@@ -15,7 +15,9 @@ Then the paired comparison (configurations are paired within a seed, engine/lab/
 per configuration against the baseline, the mean over (seed, agent) pairs of the difference in
 total reward and in held-out accuracy at the end, each with a 95 % t interval over those pairs,
 beside the held-out change since the start; per task, the held-out difference to the baseline;
-the same by span of rounds (``phases``: when sharing helped or hurt); and what the runs cost (agent-rounds, compute hours of rounds and evaluations).
+the same by span of rounds (``phases``: when sharing helped or hurt); how many rounds each configuration took
+to reach the baseline's final reward (``catch_up``); and what the runs cost (agent-rounds, compute hours of
+rounds and evaluations).
 Several runs report together: a configuration run again with one setting changed (another ``--out``,
 another ``--lr``) is named by the change and paired like any other (``load_runs``).
 """
@@ -600,6 +602,40 @@ def curves(records: list[dict[str, Any]], window: int = 5) -> dict[str, tuple[li
     return out
 
 
+def catch_up(records: list[dict[str, Any]], baseline: str = "alone", window: int = 5) -> str:
+    """How many rounds each configuration took to reach the baseline's reward at its last round.
+
+    On a task at the model's frontier sharing is a speed-up (chain3: the swarm levels off while alone is
+    still climbing at round 40), which a ratio of totals over a fixed number of rounds understates or
+    overstates depending on where the run stops. Read off the plotted curves (the mean over agents of the
+    trailing ``window``-round average): the target is the baseline's value at its last round, and the baseline's
+    own first round at or above it is the yardstick (a noisy curve may touch it early).
+    """
+    series = curves(records, window)
+    if baseline not in series or len(series) < 2:
+        return ""
+    rounds, means, _, _ = series[baseline]
+    last, target = rounds[-1], means[-1]
+
+    def first_at_target(config: str) -> int | None:
+        rs, ms, _, _ = series[config]
+        return next((r for r, m in zip(rs, ms) if r <= last and m >= target), None)
+
+    own = first_at_target(baseline)
+    head = (f"\nRounds to reach {baseline}'s reward at round {last} ({target:.3f} a round, {window}-round average "
+            f"over agents): ")
+    if own == rounds[0]:  # it never rose above where it started: there is no gain to count rounds to
+        return head + f"none to count, {baseline} was there from round {own} ({means[0]:.3f})\n"
+    lines = [head + f"{baseline} round {own}\n"]
+    for config in series:
+        if config == baseline:
+            continue
+        at = first_at_target(config)
+        lines.append(f"- {config}: " + (f"not by round {last}" if at is None
+                                        else f"round {at} ({own / at:.1f}x as fast)") + "\n")
+    return "".join(lines)
+
+
 def plot(records: list[dict[str, Any]], path: Path, window: int = 5) -> None:
     import matplotlib
 
@@ -717,12 +753,14 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
             + format_paired(paired(records, evals)))
     if against is not None and against != "alone":
         text += format_paired(paired(records, evals, against), against) + phases(records, against)
-    text += task_course(evals) + phases(records) + group_mix(records) + cost(records, evals)
+    text += (task_course(evals) + phases(records) + catch_up(records, window=window) + group_mix(records)
+             + cost(records, evals))
     models = sorted({r["model"] for r in records if r.get("model")})
     if len(models) > 1:  # a mixed swarm: each model's agents against their own alone, and their course
         for m in models:
             m_records, m_evals = only_model(records, evals, m)
-            text += f"\n### agents running {m}\n" + format_paired(paired(m_records, m_evals)) + task_course(m_evals)
+            text += (f"\n### agents running {m}\n" + format_paired(paired(m_records, m_evals)) + task_course(m_evals)
+                     + catch_up(m_records, window=window))
     out = plot_path or dirs[0] / "reward.png"
     try:
         plot(records, out, window)
