@@ -338,7 +338,7 @@ def test_catch_up_counts_rounds_to_the_baselines_final_reward():
     assert "- swarm: round 2 (2.0x as fast)" in text
     assert "- stuck: not by round 4" in text
     assert "- swarm: round 3 (1.3x as fast)" in catch_up(records, window=2)
-    # A swarm run longer than its baseline is read only up to the baseline's last round.
+    # A configuration run longer than its baseline is read only up to the baseline's last round.
     longer = records + [{**records[-1], "config": "stuck", "round": 5, "reward_mean": 0.9}]
     assert "- stuck: not by round 4" in catch_up(longer, window=1)
     assert catch_up([r for r in records if r["config"] != "alone"]) == ""  # nothing to catch up with
