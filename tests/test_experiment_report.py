@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -280,7 +281,9 @@ def test_reward_without_the_format_bonus_is_paired_too():
     assert p.score_ratio == pytest.approx(2.0) and p.score_diff is not None and p.score_diff.n == 1
     assert p.score_diff.mean == pytest.approx(0.4)  # (0.4 + 0.4) - (0.2 + 0.2), agent 0 only
     assert p.correct_ratio == pytest.approx(4.0)
-    assert "- swarm: 2.00x (+0.40 (n=1) per pair); fully correct 4.00x" in format_paired([p])
+    assert "- swarm: 2.000x (+0.40 (n=1) per pair); fully correct 4.000x" in format_paired([p])
+    # chain3-confirm's ratio of sums, 1.4977: two places would print 1.50x, the line its rule asked for.
+    assert "- swarm: 1.498x" in format_paired([dataclasses.replace(p, score_ratio=406.22 / 271.23)])
     # Records without the figures (older code): no line, no error.
     bare = [{k: v for k, v in r.items() if k not in ("task_score", "accuracy")} for r in records]
     (q,) = paired(bare, {})

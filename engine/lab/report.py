@@ -433,8 +433,9 @@ def format_paired(rows: list[Paired], baseline: str = "alone") -> str:
     if scored:
         text += (f"\nTotal reward without the format bonus (reasoning-gym's score alone, the reward the paper sums), "
                  f"and of fully correct answers, against {baseline}:\n\n"
-                 + "".join(f"- {p.config}: {_f(p.score_ratio, 2)}x ({_iv(p.score_diff, 2)} per pair); fully correct "
-                           f"{_f(p.correct_ratio, 2)}x\n" for p in scored))
+                 # Three places: pre-written rules decide on this ratio (>= 1.50x), and two can round across the line.
+                 + "".join(f"- {p.config}: {_f(p.score_ratio, 3)}x ({_iv(p.score_diff, 2)} per pair); fully correct "
+                           f"{_f(p.correct_ratio, 3)}x\n" for p in scored))
     by_q = [p for p in rows if p.greedy_diff_by_question is not None]
     if by_q:
         text += (f"\nHeld-out greedy at the end minus {baseline}, the interval over held-out questions (every agent "
