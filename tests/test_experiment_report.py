@@ -347,7 +347,13 @@ def test_catch_up_counts_rounds_to_the_baselines_final_reward():
     assert catch_up([r for r in records if r["config"] != "alone"]) == ""  # nothing to catch up with
     # A baseline that ends no higher than it started gives no rounds to count (Gemma alone in mixed-chain3).
     falling = [{**r, "reward_mean": 0.5 - 0.1 * r["round"]} if r["config"] == "alone" else r for r in records]
-    assert catch_up(falling, window=1).endswith("none to count, alone was there from round 1 (0.400)\n")
+    assert catch_up(falling, window=1).endswith(
+        "none to count, round 1 was there already (alone 0.400, swarm 0.300, stuck 0.100)\n")
+    # Nor one that gained less than the spread of round 1, the untrained model in every configuration: alone
+    # 0.2 -> 0.25, swarm's round 1 already 0.3 (would read "round 1 (4.0x as fast)").
+    slight = [{**r, "reward_mean": [0.2, 0.2, 0.2, 0.25][r["round"] - 1]} if r["config"] == "alone" else r
+              for r in records]
+    assert "none to count, round 1 was there already (alone 0.200, swarm 0.300, stuck 0.100)" in catch_up(slight, window=1)
 
 
 def test_phases_show_an_early_gain_that_a_late_loss_cancels():
