@@ -17,7 +17,8 @@ import argparse
 import random
 from pathlib import Path
 
-from engine.lab.report import Key, agent_field_totals, load_runs
+from engine.errors import SapoError
+from engine.lab.report import Key, agent_field_totals, load_runs, only_seeds
 
 
 def ratio(pairs: list[Key], tot: dict[Key, float], base: dict[Key, float]) -> float:
@@ -47,12 +48,14 @@ def main() -> None:
     ap.add_argument("--seeds", help="comma-separated; default: all")
     ap.add_argument("--draws", type=int, default=20000)
     args = ap.parse_args()
-    records, _ = load_runs(args.runs)
-    if args.model:
+    try:
+        records, evals = load_runs(args.runs)
+        if args.seeds:
+            records, _ = only_seeds(records, evals, {int(s) for s in args.seeds.split(",")})
+    except SapoError as exc:
+        raise SystemExit(f"ratio_interval.py: {exc}") from None
+    if args.model:  # a part of the name ("gemma"), where the report's only_model wants it whole
         records = [r for r in records if args.model in str(r.get("model", ""))]
-    if args.seeds:
-        wanted = {int(s) for s in args.seeds.split(",")}
-        records = [r for r in records if int(r["seed"]) in wanted]
     tot = agent_field_totals(records, args.config, args.field)
     base = agent_field_totals(records, args.baseline, args.field)
     keys = sorted(set(tot) & set(base))
