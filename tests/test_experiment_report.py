@@ -81,6 +81,23 @@ def test_report_writes_plot(run: Path, tmp_path: Path):
     assert "| alone |" in text and out.stat().st_size > 1000
 
 
+def test_the_default_plot_is_written_only_for_one_whole_run(run: Path, tmp_path_factory):
+    """A committed run's reward.png shows all its seeds: a reading of some of them, or of it beside another run,
+    must not replace it unless told where to write."""
+    pytest.importorskip("matplotlib")
+    kept = run / "reward.png"
+    assert "plot: " in report([run]) and kept.stat().st_size > 1000
+    before = kept.read_bytes()
+    other = tmp_path_factory.mktemp("other")
+    _cell(other, "alone", 2, {0: [0.9, 0.9], 1: [0.9, 0.9]})
+    for text in (report([run], seeds={0}), report([run, other])):
+        assert "(no plot: a reading of several runs or of some seeds writes one only with --plot FILE)" in text
+        assert kept.read_bytes() == before
+    assert not (other / "reward.png").exists()
+    named = other / "mine.png"
+    assert f"plot: {named}" in report([run, other], named, seeds={0}) and named.stat().st_size > 1000
+
+
 def test_a_lost_runs_superseded_records_are_not_read(run: Path):
     """A cell rerun on another machine keeps the lost run's rounds in superseded/: they are not this run's."""
     lost = run / "alone" / "seed-0" / "superseded"

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dirs", type=Path, nargs="+",
                      help="run directories (--out of experiment); a configuration whose settings differ from the "
                           "first run's is named by the difference, e.g. 'alone [learning_rate 0.0002]'")
-    rep.add_argument("--plot", type=Path, help="where to write the plot (default RUN_DIR/reward.png)")
+    rep.add_argument("--plot", type=Path, help="where to write the plot (default: RUN_DIR/reward.png when the report reads one whole run; else none)")
     rep.add_argument("--window", type=int, default=5, help="moving-average window in rounds")
     rep.add_argument("--seeds", type=_seed_list, help="comma-separated seeds to report (default: all)")
     rep.add_argument("--against", metavar="CONFIG",

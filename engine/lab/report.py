@@ -767,7 +767,11 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
             m_records, m_evals = only_model(records, evals, m)
             text += (f"\n### agents running {m}\n" + format_paired(paired(m_records, m_evals)) + task_course(m_evals)
                      + catch_up(m_records, window=window))
-    out = plot_path or dirs[0] / "reward.png"
+    # The default plot lands in the run's own folder, where a committed run keeps the plot of all its seeds:
+    # a reading of part of it (some seeds) or beside other runs names its file, or it would replace that one.
+    out = plot_path or (dirs[0] / "reward.png" if len(dirs) == 1 and not seeds else None)
+    if out is None:
+        return text + "\n(no plot: a reading of several runs or of some seeds writes one only with --plot FILE)\n"
     try:
         plot(records, out, window)
         text += f"\nplot: {out}\n"
