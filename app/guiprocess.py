@@ -149,6 +149,9 @@ class GuiProcess(QObject):
             detail = self._proc.errorString()
             self._proc = None
             self._finish(Outcome(self.what, start_error=f"{why} ({detail})" if detail else why))
+        elif error == QProcess.ProcessError.Crashed and self._stopping:
+            # We killed it (a cancelled download, a stop past its grace): not a crash to warn about
+            log.info("%s: stopped", self.what)
         else:
             log.warning("%s: %s", self.what, _ERRORS.get(error, "unknown process error"))
 

@@ -170,6 +170,35 @@ def test_a_child_that_ignores_stop_is_killed_after_the_grace(qtbot, engine, tmp_
     assert engine.state == "stopped"
 
 
+def test_a_child_we_kill_is_stopped_not_a_crash_in_the_log(qtbot, tmp_path, caplog):
+    # A cancelled download is killed on purpose: the log must not warn that it crashed
+    from app.guiprocess import GuiProcess
+
+    proc = GuiProcess("The download")
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    with qtbot.wait_signal(proc.stdout_line, timeout=20_000):
+        assert proc.start(sys.executable, [str(sleeper)])
+    with caplog.at_level("INFO", logger="app.process"), qtbot.wait_signal(proc.finished, timeout=20_000) as blocker:
+        proc.kill()
+    outcome = blocker.args[0]
+    assert outcome.crashed and outcome.stopped_by_user
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert "The download: stopped" in caplog.text
+
+
+def test_a_child_that_dies_by_itself_is_a_crash_in_the_log(qtbot, tmp_path, caplog):
+    from app.guiprocess import GuiProcess
+
+    proc = GuiProcess("The download")
+    dier = tmp_path / "dier.py"
+    dier.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    with caplog.at_level("INFO", logger="app.process"), qtbot.wait_signal(proc.finished, timeout=20_000) as blocker:
+        assert proc.start(sys.executable, [str(dier)])
+    assert blocker.args[0].crashed and not blocker.args[0].stopped_by_user
+    assert "The download: it crashed" in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
 # --- without Qt ---
 
 def test_outcome_sentences():
