@@ -19,6 +19,7 @@ every file is checked against the manifest, so a damaged checkpoint is reported,
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -28,11 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
-from engine.errors import SapoError
+from engine.errors import SapoError, first_line
 
 KEEP = 2  # complete checkpoints kept; older ones are pruned
+NEEDS_FREE_MB = 256  # below this much free space a failed write is read as a full disk (torch does not say ENOSPC)
 LORA_FILES = ("adapter_model.safetensors", "adapter_config.json")
 HISTORY_FILES = ("events.jsonl", "events.1.jsonl")  # engine/run/history.py's, kept beside a model's checkpoints
 
@@ -92,22 +95,18 @@ class CheckpointStore:
 
     def save(self, model: Any, optimizer: torch.optim.Optimizer, state: NodeState) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
+        self._sweep_dead_leftovers()  # a killed save's files would otherwise hold the space this one needs
         name = f"round-{state.round:06d}"
         tmp = self.root / f".{name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        model.save_pretrained(str(tmp), save_embedding_layers=False)  # peft: adapter_model.safetensors + adapter_config.json
-        (tmp / "README.md").unlink(missing_ok=True)  # peft's model-card stub: not ours to ship
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        (tmp / "state.json").write_text(json.dumps(state.__dict__, default=str))
-        files = sorted(p.name for p in tmp.iterdir())
-        for fname in files:
-            with open(tmp / fname, "rb") as fh:
-                os.fsync(fh.fileno())
-        manifest = {f: _sha256(tmp / f) for f in files}
-        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
-        with open(tmp / "MANIFEST.json", "rb") as fh:
-            os.fsync(fh.fileno())
+        try:
+            self._write(tmp, model, optimizer, state)
+        except (OSError, RuntimeError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            # torch.save reports a full disk as a RuntimeError ("unexpected pos"); any other is a bug
+            if isinstance(exc, OSError) or self._free_mb() < NEEDS_FREE_MB:
+                raise SapoError(self._write_failure(state.round, exc)) from exc
+            raise
         final = self.root / name
         if final.exists():
             # Only ever a leftover of a save killed before LATEST named it; the current one is never rewritten.
@@ -122,6 +121,50 @@ class CheckpointStore:
         _fsync_dir(self.root)
         self._prune(keep=name)
         return final
+
+    @staticmethod
+    def _write(tmp: Path, model: Any, optimizer: torch.optim.Optimizer, state: NodeState) -> None:
+        tmp.mkdir()
+        model.save_pretrained(str(tmp), save_embedding_layers=False)  # peft: adapter_model.safetensors + adapter_config.json
+        (tmp / "README.md").unlink(missing_ok=True)  # peft's model-card stub: not ours to ship
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps(state.__dict__, default=str))
+        files = sorted(p.name for p in tmp.iterdir())
+        for fname in files:
+            with open(tmp / fname, "rb") as fh:
+                os.fsync(fh.fileno())
+        manifest = {f: _sha256(tmp / f) for f in files}
+        (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+        with open(tmp / "MANIFEST.json", "rb") as fh:
+            os.fsync(fh.fileno())
+
+    def _write_failure(self, round_number: int, exc: BaseException) -> str:
+        """One line for a checkpoint that could not be written: what, where, and what is kept."""
+        current = self.latest_name()
+        kept = (f"training goes on from {current} when started again" if current
+                else "no earlier checkpoint: training starts from the beginning when started again")
+        free_mb = self._free_mb()
+        full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or free_mb < NEEDS_FREE_MB
+        why = (f"the disk is full ({free_mb:.0f} MB free; a checkpoint takes tens of MB)" if full
+               else f"{type(exc).__name__}: {first_line(exc)}")
+        return f"could not save round {round_number}'s checkpoint in {self.root}: {why}; {kept}"
+
+    def _free_mb(self) -> float:
+        return shutil.disk_usage(self.root).free / 2**20
+
+    def latest_name(self) -> str | None:
+        """LATEST's checkpoint name, or None (no pointer, or one that cannot be read)."""
+        try:
+            return (self.root / "LATEST").read_text().strip() or None
+        except OSError:
+            return None
+
+    def _sweep_dead_leftovers(self) -> None:
+        """Remove the half-written checkpoints of processes that are gone (a live one may be mid-save)."""
+        for leftover in self.root.glob(".round-*.tmp*"):
+            pid = leftover.name.rpartition(".tmp")[2]
+            if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
 
     def _prune(self, keep: str) -> None:
         complete = sorted(p for p in self.root.glob("round-*") if p.is_dir())

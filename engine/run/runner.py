@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import signal
 import threading
 import sys
@@ -48,6 +49,15 @@ def run(args: argparse.Namespace) -> int:
     except SapoError as exc:
         events.emit(ev.ErrorEvent(message=str(exc), kind="user"))  # the GUI shows this line
         raise
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            events.emit(ev.ErrorEvent(message=f"internal error: {type(exc).__name__}: {exc}"[:300], kind="bug"))
+            raise
+        # A full disk is the volunteer's to fix, not a bug: say where, and that the last checkpoint stands
+        message = (f"the disk is full: could not write {exc.filename or 'a file'} ({exc.strerror}); free some space "
+                   f"and start again: training goes on from the last checkpoint")
+        events.emit(ev.ErrorEvent(message=message, kind="user"))
+        raise SapoError(message) from exc
     except Exception as exc:
         events.emit(ev.ErrorEvent(message=f"internal error: {type(exc).__name__}: {exc}"[:300], kind="bug"))
         raise

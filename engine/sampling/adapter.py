@@ -128,7 +128,10 @@ def _write_all(fout, chunks: list[memoryview]) -> None:
     iov_max = 1024
     i = 0
     while i < len(chunks):
-        written = os.writev(fd, chunks[i:i + iov_max])
+        try:
+            written = os.writev(fd, chunks[i:i + iov_max])
+        except OSError as exc:  # name the file: a full disk's message then says where
+            raise OSError(exc.errno, exc.strerror, getattr(fout, "name", None)) from exc
         if written <= 0:
             raise OSError("could not write the LoRA adapter file (disk full?)")
         while written and i < len(chunks):  # a short write leaves a partial chunk to resend
