@@ -317,3 +317,30 @@ def test_a_full_disk_is_a_one_line_error_and_the_last_checkpoint_stands(tmp_path
     assert proc2.returncode == 0, proc2.stderr[-2000:]
     assert [e["round"] for e in events if e["type"] == "status" and "resumed" in e["message"]] == [done]
     assert [e["round"] for e in events if e["type"] == "round"] == [done + 1]
+
+
+def test_a_second_node_on_the_same_data_dir_is_refused_and_the_first_goes_on(tmp_path, model_cache):
+    # Two nodes on one folder would overwrite each other's checkpoints and adapters (both hung, one with a
+    # traceback, before the folder was locked)
+    data = _prepare(tmp_path / "data")
+    ev = tmp_path / "first.jsonl"
+    first = subprocess.Popen([sys.executable, "-m", "engine", "run", *SMALL, "--rounds", "2", "--data-dir", str(data),
+                              "--events", str(ev)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(model_cache))
+    try:
+        deadline = time.monotonic() + 600
+        while not any(e["type"] == "start" for e in _events(ev)):
+            assert first.poll() is None, first.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        second, events = run_engine(data, model_cache, 2)
+        assert second.returncode == 2
+        assert second.stderr.strip() == (f"sapo-engine: error: another node (process {first.pid}) is already running "
+                                         f"on {data}: stop it first, or give this one its own --data-dir")
+        assert [e["kind"] for e in events if e["type"] == "error"] == ["user"]  # the app shows the same line
+        assert first.wait(600) == 0, first.stderr.read().decode()[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert [e["round"] for e in _events(ev) if e["type"] == "round"] == [1, 2]
+    again, _ = run_engine(data, model_cache, 3)  # the lock went with the first node
+    assert again.returncode == 0, again.stderr[-2000:]

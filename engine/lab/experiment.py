@@ -70,6 +70,7 @@ from typing import Any, Iterator
 
 from engine.config import NodeConfig, build_config, flag_settings, load_toml
 from engine.errors import SapoError
+from engine.locks import try_lock
 
 # Held-out questions per agent unless --eval-per-task says otherwise: at least 128 (a standard error of ~0.04 per
 # agent), spread evenly over the mix's tasks (3 easy tasks x 43; 4 x 32 before leap years left the preset).
@@ -267,19 +268,11 @@ def claim(cell: Path) -> Iterator[bool]:
     when its holder exits, however it exits: a killed run never leaves a cell claimed.
     """
     cell.mkdir(parents=True, exist_ok=True)
-    with open(cell / "running.lock", "a+b") as fh:
-        try:
-            if sys.platform == "win32":
-                import msvcrt
-
-                msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
-            else:
-                import fcntl
-
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # BlockingIOError (POSIX), PermissionError (Windows): held elsewhere
-            yield False
-            return
+    fh = try_lock(cell / "running.lock")
+    if fh is None:
+        yield False
+        return
+    with fh:
         yield True  # released by closing the file
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.config import build_config, flag_settings, load_toml
 from engine.errors import SapoError
+from engine.locks import holder, try_lock
 from engine.run.event_log import EventLog, claim_stdout, terminal_printer
 from engine.run.history import HistoryFile
 from engine.run.hold import Hold, rules_of
@@ -71,6 +72,13 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     file_values = load_toml(args.config) if args.config else {}
     cfg = build_config(file_values, {**invite_settings(getattr(args, "join", None)), **flag_settings(args)})
     data_dir = prepare_data_dir(args.data_dir)
+    # Held until this function returns (or the process ends): two nodes on one folder would overwrite each
+    # other's checkpoints and adapters
+    lock = try_lock(data_dir / "node.lock")
+    if lock is None:
+        pid = holder(data_dir / "node.lock")
+        raise SapoError(f"another node{f' (process {pid})' if pid else ''} is already running on {data_dir}: "
+                        f"stop it first, or give this one its own --data-dir")
     loaded = load_or_create(data_dir)  # before any download: a bad key is a one-line error, at once
     node_id = loaded.identity.node_id
     if cfg.relay:  # a bad URL is a config error even when --offline ignores it this time
@@ -153,6 +161,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         events.emit(ev.Stop(round=node.round, reason=stop.reason or "finished"))
     finally:
         node.close()
+        lock.close()  # the next node on this folder may start
     return 0
 
 
