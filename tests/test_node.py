@@ -44,6 +44,20 @@ def run_engine(data: Path, cache: Path, rounds: int, *extra: str, timeout: float
     return proc, _events(ev)
 
 
+def start_engine(data: Path, cache: Path, rounds: int, ev: Path, until: str) -> subprocess.Popen:
+    """``sapo-engine run`` in the background, returned once its events file shows an ``until`` event."""
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", *SMALL, "--rounds", str(rounds), "--data-dir",
+                             str(data), "--events", str(ev)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=_env(cache))
+    deadline = time.monotonic() + 600
+    while not any(e["type"] == until for e in _events(ev)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"no {until} event: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    return proc
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, model_cache):
     data = _prepare(tmp_path_factory.mktemp("node") / "data")
@@ -162,14 +176,8 @@ def test_sigkill_mid_round_resumes_from_the_last_checkpoint(tmp_path, model_cach
 
     data = _prepare(tmp_path / "data")
     ev = tmp_path / "killed.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "run", *SMALL, "--rounds", "5", "--data-dir", str(data),
-                             "--events", str(ev)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(model_cache))
+    proc = start_engine(data, model_cache, 5, ev, until="round")
     try:
-        deadline = time.monotonic() + 600
-        while not any(e["type"] == "round" for e in _events(ev)):
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
         time.sleep(1.5)  # well inside round 2: generating or training
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -324,14 +332,8 @@ def test_a_second_node_on_the_same_data_dir_is_refused_and_the_first_goes_on(tmp
     # traceback, before the folder was locked)
     data = _prepare(tmp_path / "data")
     ev = tmp_path / "first.jsonl"
-    first = subprocess.Popen([sys.executable, "-m", "engine", "run", *SMALL, "--rounds", "2", "--data-dir", str(data),
-                              "--events", str(ev)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(model_cache))
+    first = start_engine(data, model_cache, 2, ev, until="start")
     try:
-        deadline = time.monotonic() + 600
-        while not any(e["type"] == "start" for e in _events(ev)):
-            assert first.poll() is None, first.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
         second, events = run_engine(data, model_cache, 2)
         assert second.returncode == 2
         assert second.stderr.strip() == (f"sapo-engine: error: another node (process {first.pid}) is already running "

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
 from engine.errors import SapoError, first_line
@@ -95,10 +94,12 @@ class CheckpointStore:
 
     def save(self, model: Any, optimizer: torch.optim.Optimizer, state: NodeState) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._sweep_dead_leftovers()  # a killed save's files would otherwise hold the space this one needs
+        # A killed save's leftovers, swept first: they would otherwise hold the space this one needs. One node
+        # runs on a data dir at a time (its lock, engine/run/runner.py), so none of them is being written.
+        for leftover in self.root.glob(".round-*.tmp*"):
+            shutil.rmtree(leftover, ignore_errors=True)
         name = f"round-{state.round:06d}"
         tmp = self.root / f".{name}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
         try:
             self._write(tmp, model, optimizer, state)
         except (OSError, RuntimeError) as exc:
@@ -140,8 +141,11 @@ class CheckpointStore:
 
     def _write_failure(self, round_number: int, exc: BaseException) -> str:
         """One line for a checkpoint that could not be written: what, where, and what is kept."""
-        current = self.latest_name()
-        kept = (f"training goes on from {current} when started again" if current
+        try:
+            current = self.latest()
+        except (OSError, SapoError):
+            current = None
+        kept = (f"training goes on from {current.name} when started again" if current
                 else "no earlier checkpoint: training starts from the beginning when started again")
         free_mb = self._free_mb()
         full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or free_mb < NEEDS_FREE_MB
@@ -152,27 +156,11 @@ class CheckpointStore:
     def _free_mb(self) -> float:
         return shutil.disk_usage(self.root).free / 2**20
 
-    def latest_name(self) -> str | None:
-        """LATEST's checkpoint name, or None (no pointer, or one that cannot be read)."""
-        try:
-            return (self.root / "LATEST").read_text().strip() or None
-        except OSError:
-            return None
-
-    def _sweep_dead_leftovers(self) -> None:
-        """Remove the half-written checkpoints of processes that are gone (a live one may be mid-save)."""
-        for leftover in self.root.glob(".round-*.tmp*"):
-            pid = leftover.name.rpartition(".tmp")[2]
-            if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
-                shutil.rmtree(leftover, ignore_errors=True)
-
     def _prune(self, keep: str) -> None:
         complete = sorted(p for p in self.root.glob("round-*") if p.is_dir())
         for old in complete[:-KEEP]:
             if old.name != keep:
                 shutil.rmtree(old, ignore_errors=True)
-        for leftover in self.root.glob(".round-*.tmp*"):
-            shutil.rmtree(leftover, ignore_errors=True)
 
     @staticmethod
     def verify(path: Path) -> None:

@@ -46,19 +46,16 @@ def run(args: argparse.Namespace) -> int:
             raise SapoError(f"cannot write events to {path}: {exc.strerror or exc}") from None
 
     try:
-        return _run(args, events)
+        try:
+            return _run(args, events)
+        except OSError as exc:  # a full disk is the volunteer's to fix, not a bug
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise SapoError(f"the disk is full: could not write {exc.filename or 'a file'} ({exc.strerror}); free "
+                            f"some space and start again: training goes on from the last checkpoint") from exc
     except SapoError as exc:
         events.emit(ev.ErrorEvent(message=str(exc), kind="user"))  # the GUI shows this line
         raise
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            events.emit(ev.ErrorEvent(message=f"internal error: {type(exc).__name__}: {exc}"[:300], kind="bug"))
-            raise
-        # A full disk is the volunteer's to fix, not a bug: say where, and that the last checkpoint stands
-        message = (f"the disk is full: could not write {exc.filename or 'a file'} ({exc.strerror}); free some space "
-                   f"and start again: training goes on from the last checkpoint")
-        events.emit(ev.ErrorEvent(message=message, kind="user"))
-        raise SapoError(message) from exc
     except Exception as exc:
         events.emit(ev.ErrorEvent(message=f"internal error: {type(exc).__name__}: {exc}"[:300], kind="bug"))
         raise
