@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.learning.checkpoint import CheckpointStore, NodeState
+from engine.learning.checkpoint import CheckpointDamaged, CheckpointStore, NodeState
 from engine.errors import SapoError
 from engine.learning.policy import attach_lora, lora_config
 
@@ -97,14 +97,93 @@ def test_corruption_is_detected_and_reported(tmp_path: Path, tiny, damage):
         (path / "optimizer.pt").unlink()
     else:
         (path / "MANIFEST.json").unlink()
-    with pytest.raises(SapoError, match="corrupt|incomplete"):
+    with pytest.raises(CheckpointDamaged, match="damaged"):
         store.load_state(store.latest())
+    # Nothing older to go back to: the damaged one is set aside, kept, and the line starts again.
+    found, passed = store.resume_point()
+    assert found is None and len(passed) == 1 and "round-000002 is damaged" in passed[0]
+    assert (tmp_path / "damaged-round-000002").is_dir() and not (tmp_path / "LATEST").exists()
+    assert store.save(model, opt, NodeState(round=1)).name == "round-000001"
 
 
-def test_pointer_to_a_missing_checkpoint_is_an_error(tmp_path: Path):
+def _damage(path: Path) -> None:
+    f = path / "adapter_model.safetensors"
+    blob = bytearray(f.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF  # one flipped bit's worth: what a failing disk does
+    f.write_bytes(bytes(blob))
+
+
+def test_a_damaged_checkpoint_is_set_aside_and_the_one_before_resumes(tmp_path: Path, tiny):
+    model, opt = tiny
+    store = CheckpointStore(tmp_path)
+    for r in (1, 2, 3):
+        store.save(model, opt, NodeState(round=r, history=[{"round": r}]))
+    _damage(tmp_path / "round-000003")
+    damaged_bytes = (tmp_path / "round-000003" / "adapter_model.safetensors").read_bytes()
+    # export's look (a node may be running): nothing on disk moves
+    found, passed = store.resume_point(set_aside=False)
+    assert found == tmp_path / "round-000002" and passed == [
+        "checkpoint round-000003 is damaged (adapter_model.safetensors is missing or does not match its manifest); "
+        "passed over"]
+    assert store.latest().name == "round-000003"
+    # a node's: set aside, kept byte for byte, and LATEST names the one it resumes from
+    found, passed = store.resume_point()
+    assert found == tmp_path / "round-000002" and passed[0].endswith("set aside as damaged-round-000003")
+    assert store.latest() == found and store.load_state(found).history == [{"round": 2}]
+    assert (tmp_path / "damaged-round-000003" / "adapter_model.safetensors").read_bytes() == damaged_bytes
+    # training goes on: round 3 again, and pruning never takes the damaged copy
+    store.save(model, opt, NodeState(round=3))
+    store.save(model, opt, NodeState(round=4))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        "damaged-round-000003", "round-000003", "round-000004"]
+
+
+def test_a_checkpoint_newer_than_latest_is_not_current(tmp_path: Path, tiny):
+    """A save killed after its rename and before LATEST moved: the node goes on from LATEST's."""
+    model, opt = tiny
+    store = CheckpointStore(tmp_path)
+    store.save(model, opt, NodeState(round=1))
+    store.save(model, opt, NodeState(round=2))
+    (tmp_path / "LATEST").write_text("round-000001\n")
+    assert store.resume_point() == (tmp_path / "round-000001", [])
+
+
+def test_a_checkpoint_moved_away_resumes_from_the_one_before(tmp_path: Path, tiny):
+    """What a volunteer did when told to move a damaged folder away: LATEST then named a folder that was gone,
+    and the advice that followed (delete LATEST) started training over and pruned the older checkpoint."""
+    model, opt = tiny
+    store = CheckpointStore(tmp_path)
+    store.save(model, opt, NodeState(round=1))
+    store.save(model, opt, NodeState(round=2))
+    (tmp_path / "round-000002").rename(tmp_path.parent / "elsewhere")
+    assert store.resume_point() == (tmp_path / "round-000001", ["checkpoint round-000002, the newest, is gone"])
+    assert store.latest().name == "round-000001"
+    # LATEST deleted by hand: the newest checkpoint there is still found
+    (tmp_path / "LATEST").unlink()
+    assert store.resume_point() == (tmp_path / "round-000001", [])
+
+
+def test_pointer_to_a_missing_checkpoint_with_none_before_it_is_an_error(tmp_path: Path):
     (tmp_path / "LATEST").write_text("round-000007\n")
     with pytest.raises(SapoError, match="missing checkpoint"):
         CheckpointStore(tmp_path).latest()
+    with pytest.raises(SapoError, match="missing checkpoint"):  # perhaps about to be put back: nothing is decided
+        CheckpointStore(tmp_path).resume_point()
+    assert (tmp_path / "LATEST").read_text() == "round-000007\n"
+
+
+def test_a_manifest_of_another_format_is_an_error_not_damage(tmp_path: Path, tiny):
+    import json
+
+    model, opt = tiny
+    store = CheckpointStore(tmp_path)
+    path = store.save(model, opt, NodeState(round=1))
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    del manifest["optimizer.pt"]
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+    with pytest.raises(SapoError, match="another format") as err:
+        store.resume_point()
+    assert not isinstance(err.value, CheckpointDamaged) and path.is_dir()
 
 
 def test_a_leftover_folder_is_replaced_but_the_current_checkpoint_never_rewritten(tmp_path: Path, tiny):

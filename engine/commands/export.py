@@ -1,6 +1,6 @@
 """``sapo-engine export``: a node's trained LoRA, ready to use outside SAPO Swarm.
 
-Writes, from the data dir's latest (verified) checkpoint:
+Writes, from the data dir's newest checkpoint that verifies (a damaged one is passed over, and said):
   OUT/peft/      the adapter as peft saves it (adapter_config.json + adapter_model.safetensors)
   OUT/lora.gguf  the same adapter for llama.cpp
   OUT/README.md  how to use each
@@ -28,9 +28,12 @@ def export(data_dir: Path, out: Path, model: str | None = None) -> None:
         print(f"{data_dir} holds checkpoints of {len(stores)} models; exporting the latest trained, {name} "
               f"(--model chooses)")
     store = stores[name]
-    latest = store.latest()
-    if latest is None:  # model_stores lists folders with a LATEST pointer: only a concurrent delete gets here
-        raise SapoError(f"no checkpoint of {name} in {data_dir}: run some rounds first")
+    latest, passed = store.resume_point(set_aside=False)  # a node may be running here: nothing is moved
+    for line in passed:
+        print(line)
+    if latest is None:
+        raise SapoError(f"no checkpoint of {name} in {data_dir} verifies" if passed
+                        else f"no checkpoint of {name} in {data_dir}: run some rounds first")
     state = store.load_state(latest)  # verifies every file
     model_path = Path(state.config.get("model_path") or "")
     if not model_path.is_file():

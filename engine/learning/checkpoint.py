@@ -14,7 +14,10 @@ to another model and back finds the first one's training where it was)::
 A checkpoint is built in a temporary folder, fsynced, renamed into place, and only then
 named in LATEST (itself replaced atomically). A kill at any moment leaves either the old
 or the new checkpoint current, never a mix; leftovers are swept on the next save. On load
-every file is checked against the manifest, so a damaged checkpoint is reported, never used.
+every file is checked against the manifest, so a damaged checkpoint is never used: a node sets it
+aside as ``damaged-round-NNNNNN/`` (kept for a look, never pruned) and resumes from the newest one
+that verifies (``resume_point``), as a volunteer would expect of a failing disk or a sync tool; only
+a checkpoint written by a different format is an error.
 """
 
 from __future__ import annotations
@@ -37,6 +40,16 @@ KEEP = 2  # complete checkpoints kept; older ones are pruned
 NEEDS_FREE_MB = 256  # below this much free space a failed write is read as a full disk (torch does not say ENOSPC)
 LORA_FILES = ("adapter_model.safetensors", "adapter_config.json")
 HISTORY_FILES = ("events.jsonl", "events.1.jsonl")  # engine/run/history.py's, kept beside a model's checkpoints
+DAMAGED = "damaged-"  # prefix of a damaged checkpoint set aside: outside the round-* pattern, so never pruned
+
+
+class CheckpointDamaged(SapoError):
+    """A checkpoint's files no longer match its manifest (or the manifest is unreadable): damaged after it was
+    written, since every write is fsynced and renamed into place."""
+
+    def __init__(self, why: str, path: Path) -> None:
+        super().__init__(f"{why}: {path}")
+        self.why = why
 
 
 @dataclass
@@ -82,15 +95,62 @@ class CheckpointStore:
         self.root = root
 
     def latest(self) -> Path | None:
-        pointer = self.root / "LATEST"
-        if not pointer.exists():
+        name = self._pointer()
+        if name is None:
             return None
-        name = pointer.read_text().strip()
         path = self.root / name
         if not name.startswith("round-") or not path.is_dir():
-            raise SapoError(f"checkpoint pointer {pointer} names a missing checkpoint {name!r}; "
-                            f"delete {pointer} to start over, or restore the folder")
+            raise SapoError(f"checkpoint pointer {self.root / 'LATEST'} names a missing checkpoint {name!r}; "
+                            f"restore the folder, or move {self.root} away to start over")
         return path
+
+    def _pointer(self) -> str | None:
+        try:
+            return (self.root / "LATEST").read_text().strip()
+        except FileNotFoundError:
+            return None
+
+    def resume_point(self, set_aside: bool = True) -> tuple[Path | None, list[str]]:
+        """The newest checkpoint that verifies, and one line for each damaged one passed over on the way.
+
+        Candidates are the complete checkpoints up to the one LATEST names (a newer folder is a save killed
+        before LATEST moved: not current), all of them if LATEST is gone. With ``set_aside`` (a node, which holds
+        the data dir's lock) a damaged one is renamed ``damaged-<name>`` and LATEST is pointed at the one found;
+        without it (``export``, beside a running node) nothing on disk changes. None with no lines: nothing
+        to resume. A pointer to a folder that is gone, with no older one, stays an error: the volunteer may be
+        about to put it back."""
+        named = self._pointer()
+        rounds = sorted((p for p in self.root.glob("round-*") if p.is_dir()), reverse=True)
+        if named is not None and named.startswith("round-"):
+            rounds = [p for p in rounds if p.name <= named]
+        if named is not None and not rounds:
+            self.latest()  # raises: names a folder that is gone (or was never a checkpoint)
+        passed = [f"checkpoint {named}, the newest, is gone"] if named and not (self.root / named).is_dir() else []
+        for path in rounds:
+            try:
+                self.verify(path)
+            except CheckpointDamaged as exc:
+                where = self._set_aside(path) if set_aside else path
+                passed.append(f"{exc.why}; {'set aside as ' + where.name if set_aside else 'passed over'}")
+                continue
+            if set_aside and named != path.name:
+                self._point_at(path.name)
+            return path, passed
+        if set_aside and named is not None:
+            (self.root / "LATEST").unlink()  # every checkpoint was damaged: the next save starts the line again
+        return None, passed
+
+    def _set_aside(self, path: Path) -> Path:
+        aside = path.with_name(DAMAGED + path.name)
+        shutil.rmtree(aside, ignore_errors=True)  # the same round damaged before: one copy is enough to look at
+        os.replace(path, aside)
+        return aside
+
+    def _point_at(self, name: str) -> None:
+        pointer_tmp = self.root / f".LATEST.tmp{os.getpid()}"
+        pointer_tmp.write_text(name + "\n")
+        os.replace(pointer_tmp, self.root / "LATEST")
+        _fsync_dir(self.root)
 
     def save(self, model: Any, optimizer: torch.optim.Optimizer, state: NodeState) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -116,10 +176,7 @@ class CheckpointStore:
                 raise RuntimeError(f"refusing to overwrite the current checkpoint {name}")
             shutil.rmtree(final)
         os.replace(tmp, final)
-        pointer_tmp = self.root / f".LATEST.tmp{os.getpid()}"
-        pointer_tmp.write_text(name + "\n")
-        os.replace(pointer_tmp, self.root / "LATEST")
-        _fsync_dir(self.root)
+        self._point_at(name)
         self._prune(keep=name)
         return final
 
@@ -164,21 +221,21 @@ class CheckpointStore:
 
     @staticmethod
     def verify(path: Path) -> None:
-        """Every file present and matching the manifest, or a clear SapoError."""
-        manifest_path = path / "MANIFEST.json"
+        """Every file present and matching the manifest: else CheckpointDamaged, or a SapoError for a manifest
+        of another format (a newer version's checkpoint is not damage, and is never set aside)."""
         try:
-            manifest = json.loads(manifest_path.read_text())
+            manifest = json.loads((path / "MANIFEST.json").read_text())
         except (OSError, ValueError):
-            raise SapoError(f"checkpoint {path} is incomplete or corrupt (unreadable manifest); "
-                            f"move it away to resume from an earlier one") from None
+            raise CheckpointDamaged(f"checkpoint {path.name} is damaged (its manifest is missing or unreadable)",
+                                    path) from None
         for fname in (*LORA_FILES, "optimizer.pt", "state.json"):
             if fname not in manifest:
-                raise SapoError(f"checkpoint {path} is corrupt: its manifest lacks {fname}")
+                raise SapoError(f"checkpoint {path} was written in another format: its manifest lacks {fname}")
         for fname, digest in manifest.items():
             f = path / fname
             if not f.is_file() or _sha256(f) != digest:
-                raise SapoError(f"checkpoint {path} is corrupt: {fname} is missing or damaged; "
-                                f"move the folder away to resume from an earlier one")
+                raise CheckpointDamaged(f"checkpoint {path.name} is damaged ({fname} is missing or does not match "
+                                        f"its manifest)", path)
 
     def load_state(self, path: Path) -> NodeState:
         self.verify(path)

@@ -234,8 +234,12 @@ class Node:
         return self.cfg.local_groups + self.cfg.external_groups
 
     def _resume(self) -> None:
-        latest = self.checkpoints.latest()
+        latest, passed = self.checkpoints.resume_point()
+        for line in passed:  # damaged on disk after it was written: the one before it is as good, a round earlier
+            self.events.warning(line)
         if latest is None:
+            if passed:
+                self.events.warning("no checkpoint of this model verifies: training starts from the beginning")
             return
         state = self.checkpoints.load_state(latest)  # verifies the manifest first
         if state.model and state.model != self.model_name:
