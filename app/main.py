@@ -82,8 +82,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return app.exec()
 
     from app import settings as store
+    from app.single_instance import claim, hand_over, holder_pid
+
+    primary = claim(store.config_dir())
+    if primary is None:  # already running (in the tray, perhaps): it shows itself, or opens the invite
+        command, argument = ("join", args.link) if args.link else ("setup", "") if args.setup else ("show", "")
+        if hand_over(store.config_dir(), command, argument):
+            print("SAPO Swarm is already running: its window is brought forward")
+            return 0
+        pid = holder_pid(store.config_dir())
+        print(f"{PROG}: error: SAPO Swarm is already running{f' (process {pid})' if pid else ''} but does not "
+              f"answer; close it, or end that process, and start again", file=sys.stderr)
+        return 1
+    try:
+        return _run(app, args, primary)
+    finally:
+        primary.release()
+
+
+def _run(app, args: argparse.Namespace, primary) -> int:  # type: ignore[no-untyped-def]
+    from app import settings as store
+    from app.window import MainWindow
     from engine.errors import SapoError  # what engine.config raises (the settings are the engine's)
 
+    def bring_forward(command: str, argument: str) -> None:  # before the main window: the wizard comes forward
+        modal = app.activeModalWidget()
+        if modal is not None:
+            modal.showNormal()
+            modal.raise_()
+            modal.activateWindow()
+
+    primary.request.connect(bring_forward)
     try:
         settings = store.load()
     except SapoError as exc:
@@ -99,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = wizard.result_settings()
         store.save(settings)
     window = MainWindow(settings, cores=cores)
+    primary.request.disconnect(bring_forward)
+    primary.request.connect(window.handle_request)
     window.show()
     window.start()
     return app.exec()

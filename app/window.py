@@ -351,11 +351,12 @@ class MainWindow(QMainWindow):
         elif result:
             self.apply_settings(dialog.result_settings())
 
-    def run_setup(self) -> None:
-        """The setup assistant again (Preferences' button): it measures this computer and compares models."""
+    def run_setup(self, invite: str | None = None) -> None:
+        """The setup assistant again (Preferences' button, or an invite link clicked while the app runs): it
+        measures this computer and compares models; with ``invite`` it opens at the swarm step, filled in."""
         from app.wizard import SetupWizard
 
-        wizard = SetupWizard(self.settings, self.cores, parent=self)
+        wizard = SetupWizard(self.settings, self.cores, invite=invite, parent=self)
         if wizard.exec():
             self.apply_settings(wizard.result_settings())
 
@@ -376,6 +377,20 @@ class MainWindow(QMainWindow):
         if self.engine.running:
             self.model.message = "Preferences saved; swarm and model changes apply at the next start."
             self.schedule_refresh()
+
+    def handle_request(self, command: str, argument: str) -> None:
+        """Another launch of the app (app/single_instance.py): the launcher clicked again, or an invite link."""
+        modal = QApplication.activeModalWidget()
+        front = modal or self
+        front.showNormal()
+        front.raise_()
+        front.activateWindow()
+        if modal is not None:  # a dialog is open: it comes first, and the request waits for another click
+            return
+        if command == "join":
+            QTimer.singleShot(0, lambda: self.run_setup(invite=argument))
+        elif command == "setup":
+            QTimer.singleShot(0, self.run_setup)
 
     # --- leaving ---
     def _show(self) -> None:
