@@ -2,6 +2,7 @@
 
     sapo                                  first run: the setup wizard; then the dashboard
     sapo --setup                          the setup wizard again
+    sapo --background                     training starts, the window stays in the tray (the login entry's way)
     sapo --replay EVENTS.jsonl            a finished run's dashboard, from its events file
     sapo --replay FILE --screenshot OUT   render that window to a PNG and exit
 """
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--screenshot", type=Path, metavar="OUT.png", help="with --replay: save the window as a PNG and exit")
     p.add_argument("--size", default="1200x860", help="window size for --screenshot, WIDTHxHEIGHT (default %(default)s)")
     p.add_argument("--setup", action="store_true", help="run the setup wizard again")
+    p.add_argument("--background", action="store_true",
+                   help="start training with the window in the tray (how the app starts at login, when set so in "
+                        "Preferences); the window opens from the tray icon")
     p.add_argument("link", nargs="?", metavar="LINK",
                    help="an invite link (sapo-swarm://join?...): the wizard opens at its swarm step with it "
                         "(what clicking an invite does, through the desktop file's x-scheme-handler)")
@@ -101,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(app, args: argparse.Namespace, primary) -> int:  # type: ignore[no-untyped-def]
-    from app import settings as store
+    from app import autostart, settings as store
     from app.window import MainWindow
     from engine.errors import SapoError  # what engine.config raises (the settings are the engine's)
 
@@ -127,12 +131,24 @@ def _run(app, args: argparse.Namespace, primary) -> int:  # type: ignore[no-unty
             return 0
         settings = wizard.result_settings()
         store.save(settings)
+        problem = autostart.sync(settings.start_at_login)
+        if problem:
+            print(f"{PROG}: {problem}", file=sys.stderr)
     window = MainWindow(settings, cores=cores)
     primary.request.disconnect(bring_forward)
     primary.request.connect(window.handle_request)
-    window.show()
+    present(window, background=args.background and settings.setup_done)
     window.start()
     return app.exec()
+
+
+def present(window, background: bool) -> None:  # type: ignore[no-untyped-def]
+    """The window at start: shown; started at login, only the tray icon, or minimized where there is no tray
+    (a window nobody can reach would be a node nobody can stop)."""
+    if not background:
+        window.show()
+    elif not window.tray.available:
+        window.showMinimized()
 
 
 def _screenshot(app, window, out: Path, size: tuple[int, int]) -> int:  # type: ignore[no-untyped-def]

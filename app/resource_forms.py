@@ -141,6 +141,13 @@ class RulesForm(QWidget):
         w.addWidget(_muted("Local time, every day. A window past midnight is fine (22:00 and 07:00: overnight). "
                            "Outside it training pauses at its next pause point and goes on when the window opens."))
         layout.addWidget(when)
+        login_box = QGroupBox("When you log in")
+        v = QVBoxLayout(login_box)
+        self.login = QCheckBox("Start SAPO Swarm in the tray when I log in")
+        self.login.setToolTip("Training then starts by itself after each login, within the rules above; the window "
+                              "opens from the tray icon.")
+        v.addWidget(self.login)
+        layout.addWidget(login_box)
         if stretch:
             layout.addStretch(1)
         self.idle.toggled.connect(self.idle_minutes.setEnabled)
@@ -157,8 +164,10 @@ class RulesForm(QWidget):
             t = parse_hhmm(text, fallback)
             edit.setTime(QTime(t.hour, t.minute))
             edit.setEnabled(s.schedule_on)
+        self.login.setChecked(s.start_at_login)
 
     def store(self, s: AppSettings) -> None:
+        s.start_at_login = self.login.isChecked()
         s.only_when_idle = self.idle.isChecked()
         s.idle_minutes = self.idle_minutes.value()
         s.pause_on_battery = self.battery.isChecked()

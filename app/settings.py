@@ -72,6 +72,7 @@ class AppSettings:
     swarm_kind: SwarmKind = "offline"
     local_relay_port: int = 8765  # "a local swarm on this computer" listens here, on 127.0.0.1 only
     data_dir: str | None = None  # None: the engine's default
+    start_at_login: bool = False  # in the tray, at each login (app/autostart.py keeps the desktop's entry in step)
     # --- the engine's part (NodeConfig fields) ---
     node: dict[str, Any] = field(default_factory=dict)
 

@@ -15,7 +15,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QWidget
 
-from app import power
+from app import autostart, power
 from app.controls_menu import ControlsMenu
 from app.dashboard import Dashboard
 from app.engine_process import EngineProcess, run_args
@@ -376,6 +376,10 @@ class MainWindow(QMainWindow):
         self.check_power()
         if self.engine.running:
             self.model.message = "Preferences saved; swarm and model changes apply at the next start."
+            self.schedule_refresh()
+        problem = autostart.sync(settings.start_at_login)
+        if problem:
+            self.model.message = problem
             self.schedule_refresh()
 
     def handle_request(self, command: str, argument: str) -> None:

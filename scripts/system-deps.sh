@@ -21,6 +21,8 @@ for lib in xkbcommon-x11.so.0 xcb-cursor.so.0 xcb-icccm.so.4 xcb-keysyms.so.1 xc
 done
 # the scoring workers' seccomp filter (engine/sandbox/jail.py; tests/test_jail.py): libseccomp, usually there already
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
+# the app's login entry is checked by the desktop's own validator (tests/test_app_autostart.py)
+command -v desktop-file-validate >/dev/null || need+=(desktop-file-utils)
 # the deploy guide's sample configs are checked by the real programs (haproxy -c, nginx -t)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v nginx >/dev/null || need+=(nginx-light)

@@ -85,6 +85,7 @@ def window(qtbot, tmp_path, monkeypatch):
     from app.window import MainWindow
 
     monkeypatch.setenv("SAPO_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # the login entry (app/autostart.py), never the real one
     w = MainWindow(AppSettings(data_dir=str(tmp_path / "data")))
     qtbot.addWidget(w)
     yield w

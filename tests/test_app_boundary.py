@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 APP_MODULES = ["app", "app.main", "app.window", "app.wizard", "app.preferences", "app.dashboard", "app.charts",
                "app.engine_process", "app.engine_tasks", "app.local_relay", "app.power", "app.replay", "app.tray",
-               "app.settings", "app.forms", "app.single_instance", "wire.events", "wire.models"]
+               "app.settings", "app.forms", "app.single_instance", "app.autostart", "wire.events", "wire.models"]
 ENGINE_MODULES = ["engine", "engine.commands.cli", "engine.run.runner", "engine.run.node", "engine.run.control", "engine.commands.models",
                   "engine.commands.speed", "engine.run.progress", "engine.models.download", "engine.models.hardware"]
 

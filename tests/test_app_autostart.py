@@ -1,0 +1,98 @@
+"""Starting at login: the desktop's own entry, written, validated by the desktop's tool, run, and removed."""
+
+from __future__ import annotations
+
+import os
+import plistlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+from app import autostart  # noqa: E402
+from app.settings import AppSettings  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _validate(path: Path) -> None:
+    tool = shutil.which("desktop-file-validate")
+    if tool is None:
+        pytest.skip("desktop-file-validate (desktop-file-utils) is not installed")
+    done = subprocess.run([tool, str(path)], capture_output=True, text=True)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG autostart entry")
+def test_the_login_entry_starts_this_app_in_the_background(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert not autostart.enabled()
+    autostart.set_enabled(True)
+    path = tmp_path / "xdg" / "autostart" / "org.saposwarm.sapo-swarm.desktop"
+    assert autostart.enabled() and autostart.entry_path() == path
+    _validate(path)
+    argv = autostart.exec_line(path.read_text())
+    assert argv[-1] == "--background" and argv == autostart.command()
+    # What the desktop will run is this app: asked for its help, it answers with the flag it is started with.
+    done = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0 and "--background" in done.stdout and "usage: sapo" in done.stdout
+    autostart.set_enabled(False)
+    assert not path.exists() and not autostart.enabled()
+    autostart.set_enabled(False)  # off twice is still off
+
+
+def test_an_exec_line_keeps_odd_paths_whole(tmp_path):
+    cmd = ['/opt/my apps/py"th$on`x\\y', "-m", "app", "--background"]
+    entry = autostart.xdg_entry(cmd)
+    assert autostart.exec_line(entry) == cmd
+    path = tmp_path / "odd.desktop"
+    path.write_text(entry)
+    _validate(path)
+
+
+def test_the_macos_launch_agent_runs_the_app_at_login():
+    agent = plistlib.loads(autostart.launch_agent(["/Applications/SAPO Swarm.app/Contents/MacOS/sapo", "--background"]))
+    assert agent == {"Label": "org.saposwarm.sapo-swarm", "RunAtLoad": True, "ProcessType": "Interactive",
+                     "ProgramArguments": ["/Applications/SAPO Swarm.app/Contents/MacOS/sapo", "--background"]}
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG autostart entry")
+def test_preferences_switch_the_login_entry(qtbot, window, tmp_path, monkeypatch):
+    from app.preferences import PreferencesDialog
+
+    entry = tmp_path / "xdg" / "autostart" / "org.saposwarm.sapo-swarm.desktop"  # the window fixture's XDG dir
+    dialog = PreferencesDialog(window.settings, 2, window)
+    qtbot.addWidget(dialog)
+    assert not dialog.rules.login.isChecked()
+    dialog.rules.login.setChecked(True)
+    window.apply_settings(dialog.result_settings())
+    assert entry.is_file() and window.settings.start_at_login
+    again = PreferencesDialog(window.settings, 2, window)  # shows what is set
+    qtbot.addWidget(again)
+    assert again.rules.login.isChecked()
+    again.rules.login.setChecked(False)
+    window.apply_settings(again.result_settings())
+    assert not entry.exists()
+    # A folder that cannot be written: one line for the user, and the settings are still saved.
+    shutil.rmtree(entry.parent)
+    entry.parent.write_text("not a folder")
+    window.apply_settings(AppSettings(data_dir=window.settings.data_dir, start_at_login=True))
+    assert window.model.message.startswith("Could not add the login entry")
+    dialog.done(0)
+    again.done(0)
+
+
+def test_started_at_login_the_window_waits_in_the_tray(window):
+    from app.main import present
+
+    if window.tray.available:
+        present(window, background=True)
+        assert not window.isVisible()
+    window.tray.available = False  # no tray on this desktop: a minimized window, never an unreachable one
+    present(window, background=True)
+    assert window.isVisible() and window.isMinimized()
