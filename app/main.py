@@ -135,6 +135,9 @@ def _run(app, args: argparse.Namespace, primary) -> int:  # type: ignore[no-unty
         if problem:
             print(f"{PROG}: {problem}", file=sys.stderr)
     window = MainWindow(settings, cores=cores)
+    if window.tray.available:  # the window's close only hides it; Quit ends the app (a dialog's close must not)
+        app.setQuitOnLastWindowClosed(False)
+        window.quit_requested.connect(app.quit)
     primary.request.disconnect(bring_forward)
     primary.request.connect(window.handle_request)
     present(window, background=args.background and settings.setup_done)

@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QWidget
 
@@ -36,6 +36,10 @@ POWER_CHECK_MS = 30_000
 
 
 class MainWindow(QMainWindow):
+    # Closed for good (Quit, or closing where there is no tray): the app ends. Closing the window where there is a
+    # tray only hides it, and training goes on, as Folding@home's client does.
+    quit_requested = Signal()
+
     def __init__(self, settings: AppSettings | None = None, config_dir: Path | None = None,
                  extra_engine_args: list[str] | None = None, cores: int = 1, parent: QWidget | None = None,
                  sources: power.Sources | None = None) -> None:
@@ -59,6 +63,8 @@ class MainWindow(QMainWindow):
         self.engine.state_changed.connect(self._on_state)
         self.engine.finished.connect(self._on_finished)
         self.relay: LocalRelay | None = None
+        self._quitting = False
+        self._told_tray = False  # the "still training in the tray" message is said once a session
         self.policy = power.PowerPolicy()
         self._hold: str | None = None
         self._last_state = "stopped"
@@ -86,7 +92,7 @@ class MainWindow(QMainWindow):
         self.tray = Tray(cores, self)
         self.tray.toggle_pause.connect(self.toggle_pause)
         self.tray.show_window.connect(self._show)
-        self.tray.quit.connect(self.close)
+        self.tray.quit.connect(self.quit)
         self._menus()
         for controls in (self.controls, self.tray.controls):
             controls.threads_chosen.connect(self.set_threads)
@@ -106,7 +112,7 @@ class MainWindow(QMainWindow):
         run.addSeparator()
         self.controls = ControlsMenu(run, self.cores, self)  # cores, CPU time, rules: the tray has the same
         run.addSeparator()
-        self._action(run, "&Quit", QKeySequence.StandardKey.Quit, self.close)
+        self._action(run, "&Quit", QKeySequence.StandardKey.Quit, self.quit)
         model = bar.addMenu("&Model")
         self._action(model, "&Export my model…", "Ctrl+E", self.export_model)
         self._action(model, "&Preferences…", QKeySequence.StandardKey.Preferences, self.preferences)
@@ -402,7 +408,20 @@ class MainWindow(QMainWindow):
         self.raise_()
         self.activateWindow()
 
+    def quit(self) -> None:
+        """Quit for real (Run > Quit, the tray's Quit): the engine stops after its grace, the app ends."""
+        self._quitting = True
+        self.close()
+
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+        if self.tray.available and not self._quitting and not self.replay:
+            event.ignore()  # to the tray: training goes on
+            self.hide()
+            if not self._told_tray:
+                self._told_tray = True
+                self.tray.icon.showMessage("SAPO Swarm keeps training",
+                                           "It runs in the tray. Quit from the tray icon's menu stops it.")
+            return
         if self.engine.running:
             self.statusBar().showMessage("Stopping the engine…")
             QApplication.processEvents()
@@ -411,4 +430,5 @@ class MainWindow(QMainWindow):
             self.relay.stop()
         self.tray.icon.hide()
         event.accept()
+        self.quit_requested.emit()
 

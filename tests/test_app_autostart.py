@@ -1,4 +1,5 @@
-"""Starting at login: the desktop's own entry, written, validated by the desktop's tool, run, and removed."""
+"""Living in the tray: starting at login (the desktop's own entry, written, validated by the desktop's tool, run and
+removed), and a window whose close leaves training running where there is a tray."""
 
 from __future__ import annotations
 
@@ -96,3 +97,30 @@ def test_started_at_login_the_window_waits_in_the_tray(window):
     window.tray.available = False  # no tray on this desktop: a minimized window, never an unreachable one
     present(window, background=True)
     assert window.isVisible() and window.isMinimized()
+
+
+def test_closing_the_window_leaves_training_running_in_the_tray(qtbot, window, tmp_path, monkeypatch):
+    """With a tray the window's close hides it and the engine goes on (Folding@home's way); Quit stops it."""
+    from app import engine_process
+    from wire import events as ev
+
+    script = Path(__file__).resolve().parent / "scripted_engine.py"
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(ev.encode(ev.StateChanged(state="running", round=0)))
+    monkeypatch.setattr(engine_process, "engine_program", lambda: (sys.executable, [str(script), str(path)]))
+    window.tray.available = True  # offscreen Qt has no tray; the window is told there is one
+    said = []
+    monkeypatch.setattr(window.tray.icon, "showMessage", lambda title, text, *a: said.append(title))
+    ended = []
+    window.quit_requested.connect(lambda: ended.append(True))
+    window.show()
+    window.start()
+    qtbot.wait_until(lambda: window.engine.running, timeout=20_000)
+    window.close()
+    assert not window.isVisible() and window.engine.running and not ended
+    window.close()
+    assert said == ["SAPO Swarm keeps training"]  # once, not at every close
+    window.handle_request("show", "")  # the tray's "Show", or the launcher again
+    assert window.isVisible()
+    window.quit()
+    assert ended == [True] and not window.engine.running
