@@ -99,17 +99,17 @@ class AppSettings:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        tomli_w.dump(data, fh)
-    os.replace(tmp, path)
+    _replace(path, tomli_w.dumps(data))
 
 
 def _replace(path: Path, text: str) -> None:
+    """Whole or not at all, power cut included: written aside, flushed to the disk, then renamed over."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
