@@ -3,9 +3,9 @@
 A volunteer clicks the launcher while the app sits in the tray, or clicks an invite link while it runs. A second
 app would start a second engine on the same data dir (refused by the engine's lock, engine/locks.py, so the
 second window only shows an error) and put a second icon in the tray. Instead the first app holds a ``QLockFile``
-in its config dir (freed by the OS with the process; Qt takes over a crashed one's by its pid) and listens on a
-``QLocalServer`` named after that dir, open to this user alone; a later launch sends one line, ``show`` or
-``join <link>``, and exits. Qt does all the locking and the socket; what is written here is the one-line exchange.
+in its config dir (a crashed app's lock file stays behind, and Qt takes it over once its pid is gone) and listens
+on a ``QLocalServer`` named after that dir, open to this user alone; a later launch sends one line, ``show``,
+``setup`` or ``join <link>``, and exits. Qt does the locking and the socket; what is written here is the exchange.
 """
 
 from __future__ import annotations
