@@ -102,35 +102,6 @@ def set_enabled(on: bool) -> None:
     os.replace(tmp, path)
 
 
-def exec_line(entry: str) -> list[str]:
-    """The argv a desktop runs for an entry's Exec line, unquoted as the Desktop Entry spec says (not shlex:
-    inside double quotes the spec escapes ``$`` and `` ` `` too)."""
-    line = next(x for x in entry.splitlines() if x.startswith("Exec="))[len("Exec="):]
-    line = line.replace("\\\\", "\\")  # the file's string escaping first
-    args: list[str] = []
-    arg: list[str] | None = None  # None between arguments; "" is an argument too
-    quoted, i = False, 0
-    while i < len(line):
-        ch = line[i]
-        if ch == " " and not quoted:
-            if arg is not None:
-                args.append("".join(arg))
-            arg, i = None, i + 1
-            continue
-        arg = [] if arg is None else arg
-        if quoted and ch == "\\" and line[i + 1:i + 2] in ('"', "`", "$", "\\"):
-            arg.append(line[i + 1])
-            i += 2
-        elif ch == '"':
-            quoted, i = not quoted, i + 1
-        else:
-            arg.append(ch)
-            i += 1
-    if arg is not None:
-        args.append("".join(arg))
-    return args
-
-
 def sync(want: bool) -> str | None:
     """Make the desktop's entry match the setting; a line for the user when it cannot be written."""
     try:

@@ -13,7 +13,10 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from app.single_instance import Primary
 
 PROG = "sapo"
 
@@ -104,17 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         primary.release()
 
 
-def _run(app, args: argparse.Namespace, primary) -> int:  # type: ignore[no-untyped-def]
+def _run(app, args: argparse.Namespace, primary: "Primary") -> int:  # type: ignore[no-untyped-def]
     from app import autostart, settings as store
-    from app.window import MainWindow
+    from app.window import MainWindow, bring_to_front
     from engine.errors import SapoError  # what engine.config raises (the settings are the engine's)
 
     def bring_forward(command: str, argument: str) -> None:  # before the main window: the wizard comes forward
         modal = app.activeModalWidget()
         if modal is not None:
-            modal.showNormal()
-            modal.raise_()
-            modal.activateWindow()
+            bring_to_front(modal)
 
     primary.request.connect(bring_forward)
     try:

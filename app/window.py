@@ -35,6 +35,13 @@ COUNTDOWN_MS = 1000  # the swarm card's "next try in N s" and a round's time lef
 POWER_CHECK_MS = 30_000
 
 
+def bring_to_front(widget: QWidget) -> None:
+    """Shown, restored from minimized, raised and focused: the tray's Show, a second launch, a waiting dialog."""
+    widget.showNormal()
+    widget.raise_()
+    widget.activateWindow()
+
+
 class MainWindow(QMainWindow):
     # Closed for good (Quit, or closing where there is no tray): the app ends. Closing the window where there is a
     # tray only hides it, and training goes on, as Folding@home's client does.
@@ -391,10 +398,7 @@ class MainWindow(QMainWindow):
     def handle_request(self, command: str, argument: str) -> None:
         """Another launch of the app (app/single_instance.py): the launcher clicked again, or an invite link."""
         modal = QApplication.activeModalWidget()
-        front = modal or self
-        front.showNormal()
-        front.raise_()
-        front.activateWindow()
+        bring_to_front(modal or self)
         if modal is not None:  # a dialog is open: it comes first, and the request waits for another click
             return
         if command == "join":
@@ -404,9 +408,7 @@ class MainWindow(QMainWindow):
 
     # --- leaving ---
     def _show(self) -> None:
-        self.showNormal()
-        self.raise_()
-        self.activateWindow()
+        bring_to_front(self)
 
     def quit(self) -> None:
         """Quit for real (Run > Quit, the tray's Quit): the engine stops after its grace, the app ends."""

@@ -20,6 +20,35 @@ from app.settings import AppSettings  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def exec_line(entry: str) -> list[str]:
+    """The argv a desktop runs for an entry's Exec line, unquoted as the Desktop Entry spec says (not shlex:
+    inside double quotes the spec escapes ``$`` and `` ` `` too): the check that xdg_entry quotes right."""
+    line = next(x for x in entry.splitlines() if x.startswith("Exec="))[len("Exec="):]
+    line = line.replace("\\\\", "\\")  # the file's string escaping first
+    args: list[str] = []
+    arg: list[str] | None = None  # None between arguments; "" is an argument too
+    quoted, i = False, 0
+    while i < len(line):
+        ch = line[i]
+        if ch == " " and not quoted:
+            if arg is not None:
+                args.append("".join(arg))
+            arg, i = None, i + 1
+            continue
+        arg = [] if arg is None else arg
+        if quoted and ch == "\\" and line[i + 1:i + 2] in ('"', "`", "$", "\\"):
+            arg.append(line[i + 1])
+            i += 2
+        elif ch == '"':
+            quoted, i = not quoted, i + 1
+        else:
+            arg.append(ch)
+            i += 1
+    if arg is not None:
+        args.append("".join(arg))
+    return args
+
+
 def _validate(path: Path) -> None:
     tool = shutil.which("desktop-file-validate")
     if tool is None:
@@ -36,7 +65,7 @@ def test_the_login_entry_starts_this_app_in_the_background(tmp_path, monkeypatch
     path = tmp_path / "xdg" / "autostart" / "org.saposwarm.sapo-swarm.desktop"
     assert autostart.enabled() and autostart.entry_path() == path
     _validate(path)
-    argv = autostart.exec_line(path.read_text())
+    argv = exec_line(path.read_text())
     assert argv[-1] == "--background" and argv == autostart.command()
     # What the desktop will run is this app: asked for its help, it answers with the flag it is started with.
     done = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -50,7 +79,7 @@ def test_the_login_entry_starts_this_app_in_the_background(tmp_path, monkeypatch
 def test_an_exec_line_keeps_odd_paths_whole(tmp_path):
     cmd = ['/opt/my apps/py"th$on`x\\y', "-m", "app", "--background"]
     entry = autostart.xdg_entry(cmd)
-    assert autostart.exec_line(entry) == cmd
+    assert exec_line(entry) == cmd
     path = tmp_path / "odd.desktop"
     path.write_text(entry)
     _validate(path)

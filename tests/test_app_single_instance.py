@@ -112,3 +112,35 @@ def test_the_window_takes_a_request(window, monkeypatch):
     while len(calls) < 2 and time.monotonic() < deadline:
         QApplication.processEvents()
     assert calls == ["sapo-swarm://join?x", None]
+
+
+def test_a_local_client_that_never_ends_its_line_is_cut_off(qtbot, tmp_path):
+    """Another program of this user's, speaking raw bytes: 1 MB without a newline is dropped past MAX_LINE, says
+    nothing to the app, and the next launch is heard as usual."""
+    from app.single_instance import MAX_LINE, server_name
+
+    config = tmp_path / "config"
+    primary = claim(config)
+    assert primary is not None
+    got = []
+    primary.request.connect(lambda c, a: got.append((c, a)))
+    flood = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom PySide6.QtCore import QCoreApplication\n"
+         "from PySide6.QtNetwork import QLocalSocket\napp = QCoreApplication([])\ns = QLocalSocket()\n"
+         "s.connectToServer(sys.argv[1])\nassert s.waitForConnected(5000)\nsent = 0\n"
+         "while s.state() == QLocalSocket.LocalSocketState.ConnectedState and sent < 2**20:\n"
+         "    sent += s.write(b'x' * 4096)\n    s.waitForBytesWritten(1000)\n"
+         "s.waitForDisconnected(5000)\nprint(sent, s.state() == QLocalSocket.LocalSocketState.UnconnectedState)",
+         server_name(config)], stdout=subprocess.PIPE, text=True, env=_env(config), cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while flood.poll() is None and time.monotonic() < deadline:
+            qtbot.wait(20)
+        sent, cut = flood.stdout.read().split()
+        assert cut == "True" and int(sent) < 2**20  # hung up on, before the megabyte was through
+        assert int(sent) > MAX_LINE and got == [] and primary._clients == []
+        done, request = _second_launch(qtbot, primary, config)
+        assert done.returncode == 0 and request == ["show", ""]
+    finally:
+        flood.kill()
+        primary.release()
