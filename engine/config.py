@@ -46,6 +46,7 @@ def setting(default: Any = None, help: str = "", *, flag: str | None = "", sourc
     return field(default=default, metadata=meta)
 
 
+PRIORITIES = ("low", "normal")  # engine/run/priority.py
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -94,6 +95,9 @@ class NodeConfig:
     threads: int | None = setting(None, "CPU threads for llama.cpp and torch (auto: physical cores)", auto=True)
     cpu_limit: int = setting(100, "use at most this % of the CPU time of its threads: the node sleeps between "
                                   "steps (BOINC's CPU throttle; 100 = no limit)")
+    priority: str = setting("low", "CPU priority: low (the computer's other programs come first, as BOINC and "
+                                   "Folding@home run) or normal; chosen at start",
+                            source="measured here (docs/BENCHMARKS.md, \"A node beside other CPU work\")")
     # Headless only: the app applies its own Preferences by pausing and resuming the engine (app/power.py).
     schedule: str | None = setting(None, "train only between these times of day, HH:MM-HH:MM local time (22:00-07:00 "
                                          "runs over midnight); outside them the node waits between rounds")
@@ -359,6 +363,7 @@ def validate(cfg: NodeConfig) -> None:
     need(0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}")
     need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
     need(1 <= cfg.cpu_limit <= 100, f"cpu_limit must be 1..100 (percent), got {cfg.cpu_limit}")
+    need(cfg.priority in PRIORITIES, f"priority must be one of {', '.join(PRIORITIES)}, got {cfg.priority!r}")
     if cfg.schedule is not None:
         try:
             parse_schedule(cfg.schedule)

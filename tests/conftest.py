@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.threads import THREADS
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# torch in this process (trainers, adapters) takes its threads from here when it is imported: under xdist, a
+# worker's share of the cores, not all of them (tests/threads.py).
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a model hub
 # Derived files (GGUF metadata, working copies) of tests that do not name a cache go here, not to the user's cache.
 # Each process (an xdist worker) makes its own and removes it when it exits: hundreds of MB each.
@@ -46,7 +51,7 @@ def working_gguf(bundled_gguf: Path, model_cache: Path) -> Path:
 def llm(working_gguf: Path):
     from engine.sampling.llm import LlamaModel
 
-    model = LlamaModel(working_gguf, n_ctx=4096, n_seq_max=16, threads=2)
+    model = LlamaModel(working_gguf, n_ctx=4096, n_seq_max=16, threads=THREADS)
     yield model
     model.close()
 

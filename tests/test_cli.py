@@ -72,6 +72,7 @@ def test_unsupported_architecture(data, tmp_path):
     (["--threads", "0"], "threads"),
     (["--cpu-limit", "0"], "cpu_limit must be 1..100"),
     (["--cpu-limit", "150"], "cpu_limit must be 1..100"),
+    (["--priority", "high"], "priority must be one of low, normal"),
     (["--local", "-1"], "local"),
     (["--local", "0", "--external", "0"], "budget"),
     (["--preset", "impossible"], "preset"),

@@ -12,6 +12,8 @@ import time
 import pytest
 
 from engine.run.control import Control
+from engine.run.priority import LOW_NICE
+from tests.threads import THREADS, thread_nices
 from wire import events as ev
 
 pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
@@ -87,7 +89,7 @@ def test_pause_resume_stop_a_real_node(tmp_path, model_cache):
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic",
          "--local", "2", "--external", "0", "--completions", "2", "--max-tokens", "16", "--eval-every", "0",
-         "--threads", "2", "--quiet", "--control", "stdin", "--data-dir", str(data), "--events", str(events)],
+         "--threads", str(THREADS), "--quiet", "--control", "stdin", "--data-dir", str(data), "--events", str(events)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "SAPO_CACHE_DIR": str(model_cache)})
 
@@ -110,6 +112,9 @@ def test_pause_resume_stop_a_real_node(tmp_path, model_cache):
         n = len([e for e in seen() if e["type"] == "round"])
         time.sleep(4.0)  # ... but no new round starts while paused
         assert len([e for e in seen() if e["type"] == "round"]) <= n
+        # low priority by default: every thread, llama.cpp's and torch's workers and the scoring workers included
+        nices = thread_nices(proc.pid)
+        assert len(nices) > 3 and set(nices.values()) == {LOW_NICE}, nices
         proc.stdin.write('{"cmd": "set_threads", "threads": 1}\n{"cmd": "resume"}\n')
         proc.stdin.flush()
         wait_for(lambda ev: len([e for e in ev if e["type"] == "round"]) > n)

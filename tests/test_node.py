@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.threads import THREADS
+
 pytestmark = pytest.mark.slow  # the real model: started first when the suite runs on several workers
 
 NODE_ID = "5a90" * 8
 SMALL = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",
-         "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", "2", "--quiet"]
+         "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", str(THREADS), "--quiet"]
 
 
 def _env(cache: Path) -> dict[str, str]:
@@ -241,7 +243,7 @@ def test_export_writes_a_peft_adapter_and_a_llama_cpp_adapter(trained, model_cac
     assert (out / "peft" / "adapter_model.safetensors").is_file() and (out / "peft" / "adapter_config.json").is_file()
     assert "llama.cpp" in (out / "README.md").read_text()
     state = json.loads((data / "checkpoints" / "smollm2-135m" / "round-000002" / "state.json").read_text())
-    llm = LlamaModel(Path(state["config"]["model_path"]), n_ctx=256, n_seq_max=1, threads=2)
+    llm = LlamaModel(Path(state["config"]["model_path"]), n_ctx=256, n_seq_max=1, threads=THREADS)
     try:
         tokens = llm.tokenize("Calculate 2 + 3. <answer>5</answer>")
         base = llm.token_logprobs(tokens, 1)

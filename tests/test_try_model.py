@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.run.control import MAX_PENDING_ASKS, Control
+from tests.threads import THREADS
 from wire import events as ev
 
 # One real node start and round: ~2 min idle, far more on a loaded 2-core machine
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.timeout(3000), pytest.mark.slow]  # slow: started firs
 NODE_ID = "7e11" * 8
 # One round of a tiny node with a learning rate high enough that one update moves greedy answers.
 ONE_ROUND = ["--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic", "--local", "4", "--external", "0",
-             "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", "2", "--quiet",
+             "--completions", "4", "--max-tokens", "24", "--eval-every", "0", "--threads", str(THREADS), "--quiet",
              "--lr", "0.02", "--events", "-", "--control", "stdin"]
 QUESTION = "What is 7 + 5? Think briefly, then answer."
 
@@ -115,7 +116,7 @@ def test_a_typed_question_gets_the_base_and_the_trained_answer_as_llama_cpp_give
     assert a.base and a.trained is not None and a.base_score is None  # a typed question has no score
     assert a.base != a.trained
     adapter = next((data / "adapters").glob("lora-*.gguf"))
-    llm = LlamaModel(Path(start.model_path), n_ctx=1024, n_seq_max=2, threads=2)
+    llm = LlamaModel(Path(start.model_path), n_ctx=1024, n_seq_max=2, threads=THREADS)
     try:
         prompt = llm.prompt_tokens(build_messages(QUESTION, []))
         params = SamplingParams(max_tokens=48, temperature=0.0)

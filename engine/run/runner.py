@@ -86,6 +86,9 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
             tls_context(cfg.relay_ca_file)  # a missing or bad CA file: a one-line error now, not at the first round
 
     from engine.models.hardware import tune_allocator
+    from engine.run.priority import apply_priority
+
+    apply_priority(cfg.priority)  # before llama.cpp's and torch's threads start: they inherit it
 
     tune_allocator()  # before any torch work: keeps a training step's peak RSS ~3x lower on glibc
     model = prepare_model(cfg, events)  # task settings first: a typo should not cost a download
