@@ -1,5 +1,6 @@
 """What the wizard and Preferences ask about computer use, BOINC-style: how many cores and how much of
-their CPU time (the engine's settings ``threads`` and ``cpu_limit``), and when to run (only when idle, only
+their CPU time (the engine's settings ``threads`` and ``cpu_limit``), whether other programs come first (its
+``priority``), and when to run (only when idle, only
 between two times of day, not on battery: the app's rules, app/power.py)."""
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class ResourcesForm(QWidget):
         form.addRow(_muted("Fewer cores leave more for your own work. A CPU-time limit makes training pause "
                            "between its steps, so the processor runs cooler and quieter (BOINC's throttle); "
                            "both apply while training, from the next step or round."))
+        self.yield_cpu = QCheckBox("Let my other programs go first (low priority)")
+        self.yield_cpu.setToolTip("Training gets the processor time your programs leave, as BOINC and Folding@home "
+                                  "run. Off: it competes with them as an equal. Applies when training next starts.")
+        self.yield_cpu.setChecked(True)
+        form.addRow(self.yield_cpu)
         layout.addWidget(box)
         if stretch:  # alone on a tab: at the top (the wizard stacks both forms and stretches below them)
             layout.addStretch(1)
@@ -89,6 +95,7 @@ class ResourcesForm(QWidget):
     def load(self, s: AppSettings) -> None:
         self.threads.setValue(min(self.cores, s.threads(self.cores)))
         self.cpu.setValue(max(1, round(s.cpu_limit / CPU_STEP)))
+        self.yield_cpu.setChecked(s.node.get("priority", "low") == "low")
 
     def store(self, s: AppSettings) -> None:
         s.node["threads"] = self.threads.value()
@@ -96,6 +103,10 @@ class ResourcesForm(QWidget):
             s.node.pop("cpu_limit", None)  # the engine's default: node.toml leaves it out
         else:
             s.node["cpu_limit"] = self.percent
+        if self.yield_cpu.isChecked():
+            s.node.pop("priority", None)  # the engine's default, low
+        else:
+            s.node["priority"] = "normal"
 
 
 class RulesForm(QWidget):

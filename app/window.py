@@ -388,7 +388,7 @@ class MainWindow(QMainWindow):
             self.engine.set_cpu_limit(self.settings.cpu_limit)
         self.check_power()
         if self.engine.running:
-            self.model.message = "Preferences saved; swarm and model changes apply at the next start."
+            self.model.message = "Preferences saved; swarm, model and priority changes apply at the next start."
             self.schedule_refresh()
         problem = autostart.sync(settings.start_at_login)
         if problem:

@@ -150,3 +150,16 @@ def test_resources_and_schedule_round_trip(qtbot):
     out = dialog.result_settings()
     assert "cpu_limit" not in out.node and out.schedule() is None
     out.node_config()  # what the engine would accept
+
+
+def test_other_programs_first_by_default_and_the_choice_reaches_the_engine(qtbot):
+    dialog = _dialog(qtbot, AppSettings(node={"threads": 2}))
+    assert dialog.resources.yield_cpu.isChecked()  # low priority: the engine's default, left out of node.toml
+    assert "priority" not in dialog.result_settings().node
+    dialog.resources.yield_cpu.setChecked(False)
+    out = dialog.result_settings()
+    assert out.node["priority"] == "normal" and out.node_config().priority == "normal"
+    again = _dialog(qtbot, out)
+    assert not again.resources.yield_cpu.isChecked()
+    again.resources.yield_cpu.setChecked(True)
+    assert "priority" not in again.result_settings().node and again.result_settings().node_config().priority == "low"
