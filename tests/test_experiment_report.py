@@ -136,20 +136,20 @@ def test_a_cell_that_differs_only_in_speed_settings_stays_in_its_configuration(t
     """Seed 2 run with --train-dtype fp32 --threads 2 to match its seed's machine: the same design, named as such."""
     for seed in (0, 1):
         _cell(tmp_path, "swarm", seed, {0: [0.1, 0.1]})
-        _meta(tmp_path, "swarm", seed, threads=1, train_dtype="auto")
+        _meta(tmp_path, "swarm", seed, threads=1, train_dtype="auto", priority="low")
         _cell(tmp_path, "alone", seed, {0: [0.1, 0.1]})
     _cell(tmp_path, "swarm", 2, {0: [0.2, 0.2]})
     _meta(tmp_path, "swarm", 2, threads=2, train_dtype="fp32", learning_rate=2e-4)  # the rate is the method's
     _cell(tmp_path, "alone", 2, {0: [0.1, 0.1]})
     records, evals = load_runs([tmp_path])
     assert {r["config"] for r in records} == {"alone", "swarm", "swarm [learning_rate 0.0002]"}
-    _meta(tmp_path, "swarm", 2, threads=2, train_dtype="fp32")
+    _meta(tmp_path, "swarm", 2, threads=2, train_dtype="fp32", priority="normal")
     records, evals = load_runs([tmp_path])
     assert {r["config"] for r in records} == {"alone", "swarm"}
     swarm = next(row for row in table(records, evals) if row.config == "swarm")
     assert swarm.seeds == 3
     text = report([tmp_path], tmp_path / "fig.png")
-    assert "- swarm seed 2: threads 2, train_dtype fp32" in text
+    assert "- swarm seed 2: threads 2, train_dtype fp32, priority normal" in text
 
 
 def test_the_same_cell_twice_is_an_error(tmp_path: Path):

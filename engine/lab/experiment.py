@@ -71,6 +71,7 @@ from typing import Any, Iterator
 from engine.config import NodeConfig, build_config, flag_settings, load_toml
 from engine.errors import SapoError
 from engine.locks import try_lock
+from engine.run.priority import apply_priority
 
 # Held-out questions per agent unless --eval-per-task says otherwise: at least 128 (a standard error of ~0.04 per
 # agent), spread evenly over the mix's tasks (3 easy tasks x 43; 4 x 32 before leap years left the preset).
@@ -730,6 +731,7 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan(args.out, configs, seeds, agents, rounds, settings, models=models, heldout_per_seed=args.heldout_per_seed)
     workers = args.workers or default_workers(len(plan.all_cells()), settings["threads"])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    apply_priority(cfg.priority)  # as a node does: the cells' worker processes inherit it
     check_questions(plan)
     prepare_models(plan)
     run_workers(workers_for(plan, workers))
