@@ -93,7 +93,8 @@ class EngineProcess(QObject):
         # The engine needs a fixed string-hash seed (engine/tasks/hashseed.py) and would otherwise restart itself;
         # on Windows that restart is a grandchild this QProcess could not stop.
         full_env["PYTHONHASHSEED"] = "0"
-        return self._proc.start(program, prefix + list(args), full_env)
+        # A session of its own: its low priority then covers its autogroup, without lowering this window's
+        return self._proc.start(program, prefix + list(args), full_env, own_session=True)
 
     def stop(self, grace_ms: int = STOP_GRACE_MS) -> None:
         """Stop after the round in flight; kill if it takes longer than ``grace_ms``."""

@@ -59,8 +59,11 @@ class GuiProcess(QObject):
         self._stopping = False
 
     # --- control ---
-    def start(self, program: str, args: Sequence[str], env: Mapping[str, str] | None = None) -> bool:
-        """Start the child; False (and ``finished`` with a start error) when it cannot be."""
+    def start(self, program: str, args: Sequence[str], env: Mapping[str, str] | None = None,
+              own_session: bool = False) -> bool:
+        """Start the child; False (and ``finished`` with a start error) when it cannot be. ``own_session`` (Unix):
+        the child leads a session of its own, so that what it sets for its session's scheduling group (the
+        engine's low priority, engine/run/priority.py) is not the app's too."""
         if self.running:
             raise RuntimeError(f"{self.what} is already running")
         self._out.clear()
@@ -82,6 +85,8 @@ class GuiProcess(QObject):
         proc.started.connect(self.started)
         proc.finished.connect(self._on_finished)
         proc.errorOccurred.connect(self._on_error)
+        if own_session and os.name == "posix":
+            proc.setUnixProcessParameters(QProcess.UnixProcessFlag.CreateNewSession)
         self._proc = proc
         log.info("starting %s: %s %s", self.what, program, " ".join(args))
         proc.start(program, list(args))

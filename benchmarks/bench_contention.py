@@ -13,6 +13,7 @@ normal and at low priority (``--priority``, engine/run/priority.py):
 - two engines at once, as CI's two workers start them.
 
     .venv/bin/python benchmarks/bench_contention.py [--threads 2] [--rounds 2] [--cases 300000:normal,1000:low]
+        [--own-session]   # with autogroups on (as root: echo 1 > /proc/sys/kernel/sched_autogroup_enabled)
 """
 
 from __future__ import annotations
@@ -60,19 +61,21 @@ def user_work(cores: int, seconds: float, during) -> tuple[float, object]:
     return sum(rates), result
 
 
-def start_engine(spin: int, priority: str, threads: int, rounds: int, data_dir: str) -> subprocess.Popen:
+def start_engine(spin: int, priority: str, threads: int, rounds: int, data_dir: str,
+                 own_session: bool = False) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic",
            "--local", "4", "--external", "0", "--completions", "4", "--max-tokens", "24", "--eval-every", "0",
            "--quiet", "--rounds", str(rounds), "--threads", str(threads), "--priority", priority, "--data-dir", data_dir]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GOMP_SPINCOUNT": str(spin)}
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=own_session)
 
 
-def engines(n: int, spin: int, priority: str, threads: int, rounds: int) -> list[float]:
+def engines(n: int, spin: int, priority: str, threads: int, rounds: int, own_session: bool = False) -> list[float]:
     """Wall seconds of each of ``n`` engines started at once (model loading included)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.monotonic()
-        procs = [start_engine(spin, priority, threads, rounds, f"{tmp}/{i}") for i in range(n)]
+        procs = [start_engine(spin, priority, threads, rounds, f"{tmp}/{i}", own_session) for i in range(n)]
         walls = []
         for p in procs:
             _, err = p.communicate()
@@ -82,10 +85,20 @@ def engines(n: int, spin: int, priority: str, threads: int, rounds: int) -> list
         return walls
 
 
+def autogroups() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--own-session", action="store_true",
+                    help="start each engine in a session of its own, as the app does (with Linux's autogroups on, "
+                         "its own scheduling group)")
     ap.add_argument("--work-seconds", type=float, default=20.0, help="how long the user's work runs beside the engine")
     ap.add_argument("--cases", default=f"{LIBGOMP_DEFAULT}:normal,{CPU_SPIN}:normal,{CPU_SPIN}:low",
                     help="GOMP_SPINCOUNT:priority pairs to compare (the engine's defaults: %(default)s's last)")
@@ -95,15 +108,16 @@ def main() -> None:
     alone_rate, _ = user_work(cores, args.work_seconds, lambda: time.sleep(args.work_seconds))
     print(f"# {cores} CPUs; the user's work alone: {alone_rate / 1e6:.1f} M iterations/s; engine --threads "
           f"{args.threads}, {args.rounds} rounds, wall time from start to exit (model load included); the user's work "
-          f"beside it for its first {args.work_seconds:g} s", flush=True)
+          f"beside it for its first {args.work_seconds:g} s; engines in {'their own' if args.own_session else 'this'} "
+          f"session; autogroups {'on' if autogroups() else 'off'}", flush=True)
     print("| GOMP_SPINCOUNT | priority | one engine alone | one engine beside the user's work (work kept) | "
           "two engines at once |")
     print("|---|---|---|---|---|")
     for spin, priority in cases:
-        alone = engines(1, spin, priority, args.threads, args.rounds)[0]
+        alone = engines(1, spin, priority, args.threads, args.rounds, args.own_session)[0]
         rate, beside = user_work(cores, args.work_seconds,
-                                 lambda: engines(1, spin, priority, args.threads, args.rounds)[0])
-        two = engines(2, spin, priority, args.threads, args.rounds)
+                                 lambda: engines(1, spin, priority, args.threads, args.rounds, args.own_session)[0])
+        two = engines(2, spin, priority, args.threads, args.rounds, args.own_session)
         print(f"| {spin} | {priority} | {alone:.1f} s | {beside:.1f} s ({rate / alone_rate:.0%}) | "
               f"{two[0]:.1f} s, {two[1]:.1f} s |", flush=True)
 

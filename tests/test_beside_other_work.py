@@ -34,26 +34,41 @@ sleeper.wait()
 """
 
 
-def _nices_of(priority: str) -> dict[tuple[int, int], int]:
+def _nices_of(priority: str, own_session: bool = False) -> tuple[dict[tuple[int, int], int], str | None]:
+    """Every thread's nice value of the CHILD process and its child, and its autogroup's nice (None: no autogroups)."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD, priority], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT)
+                            text=True, cwd=ROOT, start_new_session=own_session)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        return thread_nices(proc.pid)
+        group = Path(f"/proc/{proc.pid}/autogroup")
+        return thread_nices(proc.pid), group.read_text().split()[-1] if group.exists() else None
     finally:
         proc.communicate("\n", timeout=30)
 
 
 @LINUX
 def test_low_priority_reaches_every_thread_and_child():
-    nices = _nices_of("low")
+    nices, group = _nices_of("low")
     assert len({pid for pid, _ in nices}) == 2 and len(nices) >= 4  # 3 threads here, 1 in the child
     assert set(nices.values()) == {LOW_NICE}
+    ours = Path("/proc/self/autogroup")
+    # not the leader of its session: the session's autogroup (this test's) is left as it was
+    assert group is None or group == ours.read_text().split()[-1] != str(LOW_NICE)
+
+
+@LINUX
+def test_a_process_leading_its_own_session_lowers_its_autogroup_too():
+    nices, group = _nices_of("low", own_session=True)
+    assert set(nices.values()) == {LOW_NICE}
+    if group is None:
+        pytest.skip("this kernel has no autogroups (/proc/PID/autogroup)")
+    assert group == str(LOW_NICE)
 
 
 @LINUX
 def test_normal_priority_leaves_the_process_as_started():
-    assert set(_nices_of("normal").values()) == {os.getpriority(os.PRIO_PROCESS, 0)}
+    nices, group = _nices_of("normal", own_session=True)
+    assert set(nices.values()) == {os.getpriority(os.PRIO_PROCESS, 0)} and group in (None, "0")
 
 
 
