@@ -13,7 +13,7 @@ import pytest
 
 from engine import CPU_SPIN
 from engine.run.priority import LOW_NICE
-from tests.threads import thread_nices
+from tests.threads import autogroup_nice, thread_nices
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -34,14 +34,13 @@ sleeper.wait()
 """
 
 
-def _nices_of(priority: str, own_session: bool = False) -> tuple[dict[tuple[int, int], int], str | None]:
+def _nices_of(priority: str, own_session: bool = False) -> tuple[dict[tuple[int, int], int], int | None]:
     """Every thread's nice value of the CHILD process and its child, and its autogroup's nice (None: no autogroups)."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD, priority], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, cwd=ROOT, start_new_session=own_session)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        group = Path(f"/proc/{proc.pid}/autogroup")
-        return thread_nices(proc.pid), group.read_text().split()[-1] if group.exists() else None
+        return thread_nices(proc.pid), autogroup_nice(proc.pid)
     finally:
         proc.communicate("\n", timeout=30)
 
@@ -51,9 +50,8 @@ def test_low_priority_reaches_every_thread_and_child():
     nices, group = _nices_of("low")
     assert len({pid for pid, _ in nices}) == 2 and len(nices) >= 4  # 3 threads here, 1 in the child
     assert set(nices.values()) == {LOW_NICE}
-    ours = Path("/proc/self/autogroup")
     # not the leader of its session: the session's autogroup (this test's) is left as it was
-    assert group is None or group == ours.read_text().split()[-1] != str(LOW_NICE)
+    assert group is None or group == autogroup_nice() != LOW_NICE
 
 
 @LINUX
@@ -61,14 +59,14 @@ def test_a_process_leading_its_own_session_lowers_its_autogroup_too():
     nices, group = _nices_of("low", own_session=True)
     assert set(nices.values()) == {LOW_NICE}
     if group is None:
-        pytest.skip("this kernel has no autogroups (/proc/PID/autogroup)")
-    assert group == str(LOW_NICE)
+        pytest.skip("no autogroup to read here (/proc/PID/autogroup missing or empty)")
+    assert group == LOW_NICE
 
 
 @LINUX
 def test_normal_priority_leaves_the_process_as_started():
     nices, group = _nices_of("normal", own_session=True)
-    assert set(nices.values()) == {os.getpriority(os.PRIO_PROCESS, 0)} and group in (None, "0")
+    assert set(nices.values()) == {os.getpriority(os.PRIO_PROCESS, 0)} and group in (None, 0)
 
 
 
