@@ -81,8 +81,8 @@ class EmbeddedBackend:
 
     kind = "embedded"
 
-    def __init__(self, limits: PoolLimits, data_dir: Path) -> None:
-        self.pool = Pool(limits)
+    def __init__(self, limits: PoolLimits, data_dir: Path, seed: int | None = None) -> None:
+        self.pool = Pool(limits, seed=seed)
         self.data_dir = data_dir
         self.stats: StatsStore | None = None
 

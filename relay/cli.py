@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-peers-per-address", type=_positive(int), default=None,
                     help="connections admitted from one IP address (default: no cap)")
     ap.add_argument("--max-swarms", type=_positive(int), default=d.max_swarms)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed the pool's sampling, per swarm, so the same requests get the same groups (experiments "
+                         "and tests; a public relay leaves it unset)")
     ap.add_argument("--compression", action="store_true", help="enable permessage-deflate (costs relay CPU)")
     ap.add_argument("--redis", metavar="URL", default=os.environ.get("SAPO_RELAY_REDIS"),
                     help="keep the pool and stats in Redis, redis://HOST:PORT/DB, shared by every relay replica "
@@ -221,6 +224,7 @@ def _config(args: argparse.Namespace) -> RelayConfig:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         status_page=args.status_page,
+        seed=args.seed,
     )
 
 

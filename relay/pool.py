@@ -1,6 +1,8 @@
 """The relay's bounded, fair pool of recent groups, and server-side sampling from it.
 
-Pure: no I/O, no clock (callers pass ``now``), randomness from an injectable RNG.
+Pure: no I/O, no clock (callers pass ``now``), randomness from an injectable RNG, or seeded (``seed``): then each
+swarm draws from a stream of its own, so a swarm's samples repeat for the same requests whatever other swarms on the
+relay do (the experiment's relay: a rerun of a cell gets the same peers' groups; a public relay is not seeded).
 Groups are stored already encoded (a ``SharedGroup`` as JSON bytes) so a sample
 reply is a join of byte strings, with no re-encoding per receiver.
 
@@ -128,7 +130,8 @@ class _Fifo:
 class _SwarmPool:
     """One swarm: arrival order (for age), each author's groups (for quotas and sampling)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng  # its sampling's draws
         self.arrivals = _Fifo()  # every entry, oldest first; evicted ones stay (dead) until the head passes
         self.dead = 0
         self.live = 0
@@ -211,13 +214,22 @@ class _SwarmPool:
 
 
 class Pool:
-    def __init__(self, limits: PoolLimits | None = None, rng: random.Random | None = None) -> None:
+    def __init__(self, limits: PoolLimits | None = None, rng: random.Random | None = None,
+                 seed: int | None = None) -> None:
         self.limits = limits or PoolLimits()
         self._rng = rng or random.Random()
+        self._seed = seed
         self._swarms: dict[str, _SwarmPool] = {}
         self.seen = SeenDigests(self.limits.seen_max, self.limits.seen_max_age_s)
         self.groups = 0
         self.bytes = 0
+
+    def _swarm(self, swarm: str) -> _SwarmPool:
+        sp = self._swarms.get(swarm)
+        if sp is None:
+            rng = self._rng if self._seed is None else random.Random(f"{self._seed}/{swarm}")
+            sp = self._swarms[swarm] = _SwarmPool(rng)
+        return sp
 
     def size(self, swarm: str, author: str | None = None) -> int:
         sp = self._swarms.get(swarm)
@@ -239,7 +251,7 @@ class Pool:
 
         Checked before the (costly) signature, so a flood is turned away cheaply.
         """
-        sp = self._swarms.setdefault(swarm, _SwarmPool())
+        sp = self._swarm(swarm)
         per_min = self.limits.groups_per_minute
         tokens, stamp = sp.buckets.get(author, (float(per_min), now))
         tokens = min(float(per_min), tokens + max(0.0, now - stamp) * per_min / 60.0)
@@ -270,7 +282,7 @@ class Pool:
         if not has_spread:
             # No reward spread, no advantage: nobody could learn from it, so don't keep it.
             return "zero_advantage"
-        sp = self._swarms.setdefault(swarm, _SwarmPool())
+        sp = self._swarm(swarm)
         self._expire(sp, now)
         # Keep times non-decreasing per swarm (age eviction relies on it), even if the clock steps back.
         last = sp.arrivals.items[-1].received_at if len(sp.arrivals) else now
@@ -326,7 +338,7 @@ class Pool:
                 and not (unseen_only and receiver in e.sent_to)
             )
 
-        rng, budget = self._rng, SCAN_BUDGET
+        rng, budget = sp.rng, SCAN_BUDGET
         picked: list[Entry] = []
         chosen: set[int] = set()
         # First every author once, in a random order (a lazy shuffle: no per-request cost for the

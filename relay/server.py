@@ -88,6 +88,7 @@ class RelayConfig:
     tls_cert: Path | None = None  # both set: serve wss:// and https:// (relay/tls.py)
     tls_key: Path | None = None
     status_page: bool = True  # GET / and /swarm/NAME, and their JSON under /api/ (public: relay/status.py)
+    seed: int | None = None  # the in-memory pool's draws seeded, per swarm (relay.pool): experiments repeat
     # --swarms FILE (relay/swarms.py): when set, only these swarms are served, each node is welcomed with its
     # swarm's manifest, and a swarm's own token (private swarms) is checked as the relay's is.
     swarms: dict[str, SwarmEntry] | None = None
@@ -124,6 +125,8 @@ class RelayConfig:
             check_redis_url(self.redis_url)
         if not self.redis_prefix or not self.redis_prefix.replace("-", "").replace("_", "").isalnum():
             raise ValueError(f"redis_prefix must be letters, digits, - or _, not {self.redis_prefix!r}")
+        if self.seed is not None and self.redis_url is not None:
+            raise ValueError("--seed seeds the in-memory pool; with --redis each replica draws its own")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
         if self.manifest_key is not None and self.swarms is None:
@@ -171,7 +174,7 @@ class Relay:
 
             self.backend = RedisBackend(config.redis_url, config.pool, prefix=config.redis_prefix)
         else:
-            self.backend = EmbeddedBackend(config.pool, config.data_dir)
+            self.backend = EmbeddedBackend(config.pool, config.data_dir, seed=config.seed)
         self.metrics = Metrics(self)
         self.peers: dict[str, dict[str, _Session]] = {}  # swarm -> node_id -> session
         self.per_address: dict[str, int] = {}  # admitted sessions per remote address

@@ -213,6 +213,28 @@ def test_two_agents_paired_with_alone_share_through_a_real_relay_and_resume_afte
     assert (lone / "done.json").exists()
 
 
+TIMING = ("_s", "_ms")  # wall-clock figures: the only fields of a round record a rerun may change
+
+
+@pytest.mark.timeout(2400)
+def test_a_swarm_cell_run_again_repeats_every_round(tmp_path: Path, model_cache: Path):
+    # Three agents, so that what a receiver gets from the relay is a draw (agent 2 samples among two authors'
+    # groups): the experiment's relay draws per swarm from a seeded stream, so the same cell gives the same records.
+    args = [*TINY, "--configs", "swarm+useful+fill+drop", "--agents", "3", "--workers", "1"]
+    runs = []
+    for name in ("first", "again"):
+        out = tmp_path / name
+        done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), *args],
+                              capture_output=True, text=True, timeout=1800, env=_env(model_cache))
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows = read_records(out / "swarm_useful_fill_drop" / "seed-0" / "records.jsonl")
+        runs.append([{k: v for k, v in r.items() if not k.endswith(TIMING)} for r in rows])
+    first, again = runs
+    assert [(r["round"], r["agent"]) for r in first] == [(n, a) for n in (1, 2) for a in range(3)]
+    assert sum(r["external_groups"] for r in first) >= 3  # peers' groups were drawn and trained on
+    assert again == first
+
+
 def _assert_paired(ran: Path) -> None:
     """Same first I own questions per round in alone and swarm; one start evaluation shared by both."""
     cells = {c: read_records(ran / c / "seed-0" / "records.jsonl") for c in ("alone", "swarm")}

@@ -97,6 +97,14 @@ def test_bad_redis_url(url: str, tmp_path: Path) -> None:
     assert "--redis" in one_clear_line(done.stderr)
 
 
+@pytest.mark.parametrize("args, says", [(["--seed", "x"], "--seed"),
+                                        (["--seed", "1", "--redis", "redis://127.0.0.1:6379/0"], "--seed")])
+def test_a_seed_is_a_whole_number_for_the_in_memory_pool(args: list[str], says: str, tmp_path: Path) -> None:
+    done = relay_cli("--port", "0", "--data-dir", str(tmp_path), *args)
+    assert done.returncode == 2
+    assert says in one_clear_line(done.stderr)
+
+
 def test_unreachable_redis_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

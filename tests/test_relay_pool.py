@@ -59,6 +59,35 @@ def test_unseen_only() -> None:
     assert pool.sample("s", B, 5, max_age_s=100, now=100, unseen_only=False).payloads == [b"a:1"]
 
 
+def _draws(pool: Pool, swarm: str, others: bool) -> list[list[bytes]]:
+    """Eight authors' groups in ``swarm``, then what three receivers sample in turn, twice; with ``others``, another
+    swarm is filled and sampled between every request."""
+    authors = [chr(ord("d") + i) * 32 for i in range(8)]
+    for i, a in enumerate(authors):
+        for k in range(6):
+            pool.add(swarm, a, dataset="ds", key=f"{k}", digest=f"{swarm}:{a}:{k}", payload=f"{i}:{k}".encode(),
+                     has_spread=True, now=100.0)
+            if others:
+                pool.add("x", a, dataset="ds", key=f"{k}", digest=f"x:{a}:{k}", payload=b"x", has_spread=True,
+                         now=100.0)
+    got = []
+    for _ in range(2):
+        for receiver in authors[:3]:
+            got.append(pool.sample(swarm, receiver, 5, max_age_s=1000, now=100).payloads)
+            if others:
+                pool.sample("x", receiver, 5, max_age_s=1000, now=100)
+    return got
+
+
+def test_a_seeded_pool_repeats_each_swarms_draws_whatever_other_swarms_do() -> None:
+    # The experiment's relay is seeded: a cell run again gets the same peers' groups, whichever cells ran before it.
+    first = _draws(Pool(seed=7), "cell-a", others=False)
+    assert _draws(Pool(seed=7), "cell-a", others=True) == first
+    assert len({tuple(d) for d in first}) > 1 and all(len(d) == 5 for d in first)
+    assert _draws(Pool(seed=8), "cell-a", others=False) != first  # another seed, other draws
+    assert _draws(Pool(seed=7), "cell-b", others=False) != first  # and each swarm its own stream
+
+
 def test_adoption_only_from_reports_of_groups_sent_once_per_receiver() -> None:
     pool = Pool(rng=random.Random(0))
     add(pool, A, "1", digest="d1")

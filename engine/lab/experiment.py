@@ -19,6 +19,11 @@ Configurations are paired within a seed: agent k has the same identity, LoRA ini
 held-out set in every configuration, and draws the same first I own questions of every round in
 the same order (alone's other J, and any refill, come from a second question stream:
 ``QuestionStream`` lanes), so a difference between configurations is the sharing, not the draw.
+The relay's draws are seeded too, per cell (``relay --seed``; relay/pool.py), so a cell run again
+repeats every round, the swarm's as alone's, on the same machine type (before this, which peers'
+groups an agent got varied from run to run: one seed's swarm read 1.43x and 1.29x alone's reward).
+One clock remains: a receiver samples groups pooled in the last 600 s (``SwarmClient.sample``), about
+8 rounds of 8 agents here, so a much slower or busier machine can draw differently late in a long cell.
 Each agent is evaluated on the held-out set at the start (once per seed and agent: every
 configuration starts from the same weights), after the middle round and at the end. Every node's
 held-out set is the same 128 questions; ``--heldout-per-seed`` gives seed s a set of its own

@@ -30,12 +30,14 @@ _LINUX_START = "import ctypes, os, sys; ctypes.CDLL(None).prctl(1, {sig}); os.ex
 class RelayChild:
     """``python -m relay`` on 127.0.0.1 with its data (stats database, log) in ``data_dir``."""
 
-    def __init__(self, data_dir: Path, groups_per_minute: int = 600) -> None:
+    def __init__(self, data_dir: Path, groups_per_minute: int = 600, seed: int | None = 0) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / "relay.log"
         # Agents publish a round's groups in one burst; the author rate limit is for the open internet.
         cmd = [sys.executable, "-m", "relay", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir),
                "--groups-per-minute", str(groups_per_minute), "--log-level", "INFO"]
+        if seed is not None:  # each swarm (an experiment's cell) draws its own stream: a rerun gets the same groups
+            cmd += ["--seed", str(seed)]
         if sys.platform == "linux":
             cmd = [sys.executable, "-c", _LINUX_START.format(sig=int(signal.SIGTERM)), *cmd]
         with open(self.log_path, "wb") as log:
