@@ -1,5 +1,5 @@
 """The computer-use controls as menu items, the same in the Run menu and the tray's menu: cores, CPU time,
-and the idle / schedule / battery rules. It only says what was chosen (signals) and shows the settings
+and the idle / schedule / battery / other programs' CPU rules. It only says what was chosen (signals) and shows the settings
 (``sync``); the window applies a choice (app/window.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from app.settings import CPU_LIMITS, AppSettings
 
 # Mnemonics free beside the Run menu's own (Start, Pause, Finish, sTop, Quit)
 RULES = {"only_when_idle": "Run only when &idle", "schedule_on": "Run only &between",
-         "pause_on_battery": "Pause on &battery"}
+         "pause_on_battery": "Pause on &battery", "busy_pause": "Pause while other programs &use the CPU"}
 
 
 class ControlsMenu(QObject):
@@ -64,3 +64,4 @@ class ControlsMenu(QObject):
         for key, act in self.rules.items():
             act.setChecked(bool(getattr(s, key)))
         self.rules["schedule_on"].setText(f"Run only &between {s.schedule_start} and {s.schedule_end}")
+        self.rules["busy_pause"].setText(f"Pause while other programs &use over {s.busy_percent} % of the CPU")

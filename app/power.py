@@ -1,15 +1,18 @@
 """BOINC-style computing preferences: run only when the computer is idle, only between two times of day,
-pause on battery.
+pause on battery, pause while other programs keep the CPU busy.
 
 The decisions are pure functions (``hold_reason`` and ``in_schedule``, from wire/power_rules.py, which a headless
 node applies itself; ``PowerPolicy.decide``), tested alone; the facts come from ``Sources``: psutil (battery),
-app/idle.py (the user's idle time, per platform) and the clock, each replaceable by a test's fake. Unknown never pauses. (How many cores and how much of their CPU time the
+app/idle.py (the user's idle time, per platform), the clock and the CPU times of the machine and of this app's
+processes (the engine is its child), each replaceable by a test's fake. Unknown never pauses. (How many cores and how much of their CPU time the
 engine uses are the engine's settings, ``threads`` and ``cpu_limit``: it applies them itself.)
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,7 +20,7 @@ from typing import Literal
 import psutil
 
 from app.idle import idle_seconds
-from wire.power_rules import Facts, Rules, battery_state, hhmm, hold_reason, in_schedule
+from wire.power_rules import CpuMeter, Facts, Rules, battery_state, cpu_sample, hhmm, hold_reason, in_schedule
 
 __all__ = ["Action", "Facts", "PowerPolicy", "Rules", "Sources", "hhmm", "hold_reason", "in_schedule", "local_time",
            "on_battery"]
@@ -76,10 +79,15 @@ class Sources:
     idle: Callable[[], float | None] = idle_seconds
     battery: Callable[[], bool | None] = field(default_factory=lambda: on_battery)
     clock: Callable[[], dt.time] = local_time
+    # Other programs' share of the CPU since the last check: this app and its children (the engine, its workers)
+    # are not other programs.
+    other_cpu: Callable[[], float | None] = field(
+        default_factory=lambda: CpuMeter(lambda: cpu_sample(psutil, [os.getpid()], time.monotonic())))
 
     def facts(self, rules: Rules) -> Facts:
         return Facts(idle_s=self.idle() if rules.only_when_idle else None, on_battery=self.battery(),
-                     now=self.clock() if rules.schedule is not None else None)
+                     now=self.clock() if rules.schedule is not None else None,
+                     other_cpu=self.other_cpu() if rules.max_other_cpu else None)
 
 
 def on_battery() -> bool | None:

@@ -132,6 +132,20 @@ class RulesForm(QWidget):
         minutes.addStretch(1)
         v.addLayout(minutes)
         v.addWidget(self.battery)
+        busy = QHBoxLayout()
+        self.busy = QCheckBox("Pause while other programs use more than")
+        self.busy.setToolTip("Training pauses while your other programs keep the processor busy (checked every "
+                             "30 seconds) and goes on when they use less. Training already lets them go first; "
+                             "this also spares fans, heat and battery.")
+        self.busy_percent = QSpinBox()
+        self.busy_percent.setRange(5, 95)
+        self.busy_percent.setSingleStep(5)
+        self.busy_percent.setSuffix(" % of the CPU")
+        self.busy_percent.setAccessibleName("other programs' CPU use")
+        busy.addWidget(self.busy)
+        busy.addWidget(self.busy_percent)
+        busy.addStretch(1)
+        v.addLayout(busy)
         layout.addWidget(idle_box)
         when = QGroupBox("Daily schedule")
         w = QVBoxLayout(when)
@@ -162,6 +176,7 @@ class RulesForm(QWidget):
         if stretch:
             layout.addStretch(1)
         self.idle.toggled.connect(self.idle_minutes.setEnabled)
+        self.busy.toggled.connect(self.busy_percent.setEnabled)
         self.schedule.toggled.connect(self.start.setEnabled)
         self.schedule.toggled.connect(self.end.setEnabled)
 
@@ -170,6 +185,9 @@ class RulesForm(QWidget):
         self.idle_minutes.setValue(s.idle_minutes)
         self.idle_minutes.setEnabled(s.only_when_idle)
         self.battery.setChecked(s.pause_on_battery)
+        self.busy.setChecked(s.busy_pause)
+        self.busy_percent.setValue(s.busy_percent)
+        self.busy_percent.setEnabled(s.busy_pause)
         self.schedule.setChecked(s.schedule_on)
         for edit, text, fallback in ((self.start, s.schedule_start, "22:00"), (self.end, s.schedule_end, "07:00")):
             t = parse_hhmm(text, fallback)
@@ -182,6 +200,8 @@ class RulesForm(QWidget):
         s.only_when_idle = self.idle.isChecked()
         s.idle_minutes = self.idle_minutes.value()
         s.pause_on_battery = self.battery.isChecked()
+        s.busy_pause = self.busy.isChecked()
+        s.busy_percent = self.busy_percent.value()
         s.schedule_on = self.schedule.isChecked()
         s.schedule_start = self.start.time().toString("HH:mm")
         s.schedule_end = self.end.time().toString("HH:mm")

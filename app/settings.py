@@ -69,6 +69,8 @@ class AppSettings:
     schedule_on: bool = False  # run only between schedule_start and schedule_end (local time, daily)
     schedule_start: str = "22:00"
     schedule_end: str = "07:00"
+    busy_pause: bool = False  # pause while other programs use more than busy_percent of the CPU
+    busy_percent: int = 25
     swarm_kind: SwarmKind = "offline"
     local_relay_port: int = 8765  # "a local swarm on this computer" listens here, on 127.0.0.1 only
     data_dir: str | None = None  # None: the engine's default

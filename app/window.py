@@ -259,7 +259,8 @@ class MainWindow(QMainWindow):
 
     def rules(self) -> power.Rules:
         s = self.settings
-        return power.Rules(s.only_when_idle, s.idle_minutes, s.pause_on_battery, s.schedule())
+        return power.Rules(s.only_when_idle, s.idle_minutes, s.pause_on_battery, s.schedule(),
+                           s.busy_percent if s.busy_pause else 0)
 
     def check_power(self) -> None:
         """The idle, schedule and battery rules, acting through the same pause / resume commands."""

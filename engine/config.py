@@ -102,6 +102,8 @@ class NodeConfig:
     schedule: str | None = setting(None, "train only between these times of day, HH:MM-HH:MM local time (22:00-07:00 "
                                          "runs over midnight); outside them the node waits between rounds")
     pause_on_battery: bool = setting(False, "wait between rounds while the computer runs on battery")
+    max_other_cpu: int = setting(0, "wait between rounds while other programs use more than this % of all cores' "
+                                    "time (BOINC's \"suspend when non-BOINC CPU usage is above\"); 0 = never")
     seed: int = setting(0, "seed of this node's question and sampling streams")
     # --- training (GRPO + LoRA) ---
     # By how the node trains (learning_rate_for): alone, 1e-4, not 3e-4 (docs/BENCHMARKS.md, "Stable updates":
@@ -363,6 +365,7 @@ def validate(cfg: NodeConfig) -> None:
     need(0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}")
     need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
     need(1 <= cfg.cpu_limit <= 100, f"cpu_limit must be 1..100 (percent), got {cfg.cpu_limit}")
+    need(0 <= cfg.max_other_cpu <= 100, f"max_other_cpu must be 0..100 (percent; 0 = never), got {cfg.max_other_cpu}")
     need(cfg.priority in PRIORITIES, f"priority must be one of {', '.join(PRIORITIES)}, got {cfg.priority!r}")
     if cfg.schedule is not None:
         try:

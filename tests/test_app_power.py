@@ -1,10 +1,21 @@
-"""Idle, schedule and battery rules as pure policy; the window acts on them through pause / resume."""
+"""Idle, schedule, battery and other programs' CPU rules as pure policy; the window acts on them through pause /
+resume; other programs' CPU share measured on real processes."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
+import time
+
+import psutil
 
 from app.power import Facts, PowerPolicy, Rules, hold_reason, idle_seconds, in_schedule, on_battery
+from wire.power_rules import CpuMeter, CpuSample, cpu_sample, other_cpu_share
+
+# Spins until it has used argv[1] CPU seconds (CPU time, not wall: the same work on a loaded machine).
+SPIN = "import sys, time\nwhile time.process_time() < float(sys.argv[1]): pass"
 
 
 def test_hold_reason():
@@ -16,6 +27,48 @@ def test_hold_reason():
     assert hold_reason(battery, Facts(idle_s=0, on_battery=True)) == "paused while on battery"
     assert hold_reason(battery, Facts(idle_s=0, on_battery=False)) is None
     assert hold_reason(Rules(pause_on_battery=False), Facts(idle_s=0, on_battery=True)) is None
+
+
+def test_other_programs_cpu_rule():
+    rules = Rules(pause_on_battery=False, max_other_cpu=50)
+    said = "paused while other programs use more than 50 % of the CPU"
+    assert hold_reason(rules, Facts(None, None, other_cpu=0.62)) == said
+    assert hold_reason(rules, Facts(None, None, other_cpu=0.50)) is None  # more than, not as much as
+    assert hold_reason(rules, Facts(None, None, other_cpu=None)) is None  # unknown never pauses
+    assert hold_reason(Rules(pause_on_battery=False), Facts(None, None, other_cpu=1.0)) is None  # 0: off
+
+
+def test_other_programs_share_is_all_cores_time_less_the_nodes():
+    a = CpuSample(wall=10.0, busy=100.0, ours=40.0, cores=4)
+    assert other_cpu_share(a, CpuSample(14.0, 110.0, 46.0, 4)) == 0.25  # (10 - 6) s of 4 cores x 4 s
+    assert other_cpu_share(a, CpuSample(14.0, 100.0, 46.0, 4)) == 0.0  # never below 0 (counters read apart)
+    assert other_cpu_share(a, CpuSample(10.5, 110.0, 40.0, 4)) is None  # under a second apart: too close
+    assert other_cpu_share(a, CpuSample(9.0, 110.0, 40.0, 4)) is None
+    reads = iter([a, CpuSample(10.4, 101.0, 40.0, 4), CpuSample(12.0, 104.0, 40.0, 4), CpuSample(14.0, 112.0, 40.0, 4)])
+    meter = CpuMeter(lambda: next(reads))
+    assert meter() is None  # the first reading starts the window
+    assert meter() is None  # too soon: the first reading stays the start
+    assert meter() == 0.5  # 4 s of 8 since the first
+    assert meter() == 1.0  # 8 s of 8 since the one before
+
+
+def test_a_busy_program_is_another_programs_use_and_the_nodes_children_are_not_even_after_they_end():
+    # Another program: a spinner that is not one of "our" processes (ours here: a sleeping child).
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        before = cpu_sample(psutil, [sleeper.pid], time.monotonic())
+        subprocess.run([sys.executable, "-c", SPIN, "1.0"], check=True, timeout=120)
+        after = cpu_sample(psutil, [sleeper.pid], time.monotonic())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    share = other_cpu_share(before, after)
+    assert share is not None and share * (after.wall - before.wall) * after.cores >= 0.9  # its CPU second, and more
+    # The node's own child (a scoring worker, say) that ends and is reaped between two readings: still the node's.
+    before = cpu_sample(psutil, [os.getpid()], time.monotonic())
+    subprocess.run([sys.executable, "-c", SPIN, "1.0"], check=True, timeout=120)
+    after = cpu_sample(psutil, [os.getpid()], time.monotonic())
+    assert after.ours - before.ours >= 0.9 and after.busy - before.busy >= 0.9
 
 
 def t(text: str) -> dt.time:
@@ -107,6 +160,30 @@ def test_the_window_pauses_and_resumes_through_the_engine_commands(qtbot, monkey
     window.apply_power(rules, Facts(idle_s=None, on_battery=True))
     window.apply_power(rules, Facts(idle_s=None, on_battery=False))
     assert sent == ["pause", "resume", "pause", "resume"]
+    # other programs busy: the same pause and resume, and the window's rules come from its Preferences
+    window.settings.busy_pause, window.settings.busy_percent = True, 30
+    busy = window.rules()
+    assert busy.max_other_cpu == 30
+    window.apply_power(busy, Facts(idle_s=None, on_battery=False, other_cpu=0.8))
+    assert sent[-1] == "pause" and "other programs use more than 30 %" in window.model.message
+    window.engine._state = "paused"
+    window.apply_power(busy, Facts(idle_s=None, on_battery=False, other_cpu=0.1))
+    assert sent[-1] == "resume"
+
+
+def test_the_run_menu_and_the_tray_switch_the_other_programs_rule(qtbot, tmp_path):
+    from app.settings import AppSettings, load
+    from app.window import MainWindow
+
+    window = MainWindow(AppSettings(busy_percent=40), config_dir=tmp_path / "config")
+    qtbot.addWidget(window)
+    menu, tray = window.controls.rules["busy_pause"], window.tray.controls.rules["busy_pause"]
+    assert menu.text() == "Pause while other programs &use over 40 % of the CPU" and not menu.isChecked()
+    tray.trigger()
+    assert window.settings.busy_pause and menu.isChecked() and window.rules().max_other_cpu == 40
+    assert load(tmp_path / "config").busy_pause  # saved
+    menu.trigger()
+    assert not window.settings.busy_pause and not tray.isChecked() and window.rules().max_other_cpu == 0
 
 
 def test_tray_follows_the_state(qtbot):

@@ -152,6 +152,18 @@ def test_resources_and_schedule_round_trip(qtbot):
     out.node_config()  # what the engine would accept
 
 
+def test_pausing_for_other_programs_is_off_by_default_and_round_trips(qtbot):
+    dialog = _dialog(qtbot, AppSettings())
+    assert not dialog.rules.busy.isChecked() and not dialog.rules.busy_percent.isEnabled()
+    dialog.rules.busy.setChecked(True)
+    assert dialog.rules.busy_percent.isEnabled()
+    dialog.rules.busy_percent.setValue(40)
+    out = dialog.result_settings()
+    assert (out.busy_pause, out.busy_percent) == (True, 40)
+    again = _dialog(qtbot, out)
+    assert again.rules.busy.isChecked() and again.rules.busy_percent.value() == 40
+
+
 def test_other_programs_first_by_default_and_the_choice_reaches_the_engine(qtbot):
     dialog = _dialog(qtbot, AppSettings(node={"threads": 2}))
     assert dialog.resources.yield_cpu.isChecked()  # low priority: the engine's default, left out of node.toml

@@ -1,6 +1,7 @@
 """A headless node's computing preferences (engine/run/hold.py, rules in wire/power_rules.py): it waits between
-rounds outside its schedule or on battery, says why, goes on when allowed, and a stop ends the wait. The real
-engine too: started outside its schedule it trains nothing, and SIGTERM ends it cleanly."""
+rounds outside its schedule, on battery or while other programs keep the CPU busy, says why, goes on when allowed,
+and a stop ends the wait. The real engine too: started outside its schedule it trains nothing, beside a busy
+program it waits after its round, and SIGTERM ends it cleanly."""
 
 from __future__ import annotations
 
@@ -84,6 +85,22 @@ def test_what_psutil_says_about_the_battery_reads_the_same_in_the_app_and_the_en
         assert battery_state(fails(exc)) is None
 
 
+def test_other_programs_busy_hold_until_they_use_less_and_unknown_never_holds():
+    rules = rules_of(None, False, 40)
+    assert rules is not None and rules.max_other_cpu == 40 and rules.schedule is None
+    shares = iter([0.9, 0.55, 0.2])
+    seen: list[ev.Event] = []
+    hold = Hold(rules, seen.append, other_cpu=lambda: next(shares), check_s=0.01)
+    assert hold.wait(2, lambda: False) is True
+    assert seen[1].message.startswith("paused while other programs use more than 40 % of the CPU: waiting before "
+                                      "round 3")
+    assert [e.state for e in seen if isinstance(e, ev.StateChanged)] == ["paused", "running"]
+    assert Hold(rules, seen.append, other_cpu=lambda: None).wait(3, lambda: False) is False
+    for bad in (-1, 101):
+        with pytest.raises(SapoError, match=r"max_other_cpu must be 0\.\.100"):
+            build_config({}, {"max_other_cpu": bad})
+
+
 def test_a_stop_ends_the_wait_at_once():
     hold, seen = _hold(lambda: dt.time(12))
     hold.check_s = 3600  # only the stop can end it
@@ -127,3 +144,45 @@ def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(t
     assert not [e for e in seen if isinstance(e, ev.Round)]
     (stop,) = [e for e in seen if isinstance(e, ev.Stop)]
     assert stop.round == 0 and stop.reason == "signal SIGTERM"
+
+
+@pytest.mark.slow
+def test_the_real_engine_beside_a_busy_program_waits_after_its_round_and_stops_cleanly(tmp_path):
+    # A busy program using one core, at the engine's own low priority so that the engine's round is not starved:
+    # other programs then use more than half a core's share of the CPU, whatever else runs here.
+    spinners = [subprocess.Popen([sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"])]
+    limit = max(1, 50 // (os.cpu_count() or 1))
+    cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic",
+           "--local", "1", "--external", "0", "--completions", "2", "--max-tokens", "8", "--eval-every", "0",
+           "--threads", "1", "--rounds", "3", "--max-other-cpu", str(limit), "--events", "-", "--quiet",
+           "--data-dir", str(tmp_path / "data")]
+    proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen: list[ev.Event] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if (e := ev.decode_event(line)) is not None:
+                seen.append(e)
+                if isinstance(e, ev.Status) and e.message.startswith("paused while other programs"):
+                    break
+        else:
+            raise AssertionError(f"no wait announced: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+        if proc.poll() is None:
+            proc.kill()
+    seen += [e for line in rest.splitlines() if (e := ev.decode_event(line)) is not None]
+    assert proc.returncode == 0, err[-2000:]
+    # The measurement starts with the node and needs a second between looks: these rounds take under one, so the
+    # wait comes before round 2 or 3, never after the last.
+    done = [e.round for e in seen if isinstance(e, ev.Round)]
+    assert done in ([1], [1, 2])
+    assert f"more than {limit} % of the CPU: waiting before round {len(done) + 1}" in next(
+        e.message for e in seen if isinstance(e, ev.Status) and "other programs" in e.message)
+    (stop,) = [e for e in seen if isinstance(e, ev.Stop)]
+    assert stop.round == len(done) and stop.reason == "signal SIGTERM"

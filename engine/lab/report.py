@@ -139,7 +139,7 @@ PER_SEED = {"seed", "heldout_draw"}  # settings a run varies by seed (``--heldou
 # docs/BENCHMARKS.md). A cell that differs from its configuration only in these stays in it, and the report
 # names the cell and the difference ("ran with"): `auto` already trains in fp32 on one machine and bf16 on
 # another, so a cell made to match its seed's machine (--train-dtype fp32 on a bf16 one) is the same design.
-SPEED = {"threads", "cpu_limit", "priority", "schedule", "pause_on_battery", "train_dtype", "checkpointing",
+SPEED = {"threads", "cpu_limit", "priority", "schedule", "pause_on_battery", "max_other_cpu", "train_dtype", "checkpointing",
          "shared_prefix", "train_memory_mb", "micro_batch", "device", "gpu_layers"}
 
 

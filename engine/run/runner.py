@@ -115,7 +115,7 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     node = Node(cfg, model, node_id, events, data_dir, swarm, swarm_mix=mix)
     throttle = Throttle(cfg.cpu_limit, cfg.threads or 1)
     node.phases.on_step = throttle.tick  # the CPU-time limit sleeps between steps
-    rules = rules_of(cfg.schedule, cfg.pause_on_battery)
+    rules = rules_of(cfg.schedule, cfg.pause_on_battery, cfg.max_other_cpu)
     hold = Hold(rules, events.emit) if rules is not None and args.control != "stdin" else None
     stop = _StopFlag(throttle, hold.wake if hold is not None else None)
     control = None
