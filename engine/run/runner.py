@@ -139,7 +139,8 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
         events.add(history.record)
         events.emit(ev.StateChanged(state="running", round=node.round))
         if rules is not None and hold is None:  # the app pauses and resumes by its own Preferences
-            events.status("schedule and pause_on_battery (node.toml) are left to the app's Preferences here")
+            events.status("schedule, pause_on_battery and max_other_cpu (node.toml) are left to the app's "
+                          "Preferences here")
         threads = cfg.threads
         while (target is None or node.round < target) and not stop.requested:
             if control is not None:
