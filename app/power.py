@@ -4,8 +4,9 @@ pause on battery, pause while other programs keep the CPU busy.
 The decisions are pure functions (``hold_reason`` and ``in_schedule``, from wire/power_rules.py, which a headless
 node applies itself; ``PowerPolicy.decide``), tested alone; the facts come from ``Sources``: psutil (battery),
 app/idle.py (the user's idle time, per platform), the clock and the CPU times of the machine and of this app's
-processes (the engine is its child), each replaceable by a test's fake. Unknown never pauses. (How many cores and how much of their CPU time the
-engine uses are the engine's settings, ``threads`` and ``cpu_limit``: it applies them itself.)
+processes (the engine is its child), each replaceable by a test's fake. Unknown never pauses. (How many cores
+and how much of their CPU time the engine uses are the engine's settings, ``threads`` and ``cpu_limit``: it
+applies them itself.)
 """
 
 from __future__ import annotations
