@@ -113,13 +113,11 @@ def test_a_stop_ends_the_wait_at_once():
     assert [e.state for e in seen if isinstance(e, ev.StateChanged)] == ["paused"]  # no "running" after a stop
 
 
-@pytest.mark.slow
-def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(tmp_path):
-    now = dt.datetime.now()
-    window = f"{(now + dt.timedelta(hours=2)):%H:%M}-{(now + dt.timedelta(hours=3)):%H:%M}"
+def _until_it_waits(tmp_path, rounds: int, rule: list[str], waits: str) -> list[ev.Event]:
+    """A real engine with ``rule``, its events until it says ``waits...``, then SIGTERM: all it said, exit 0."""
     cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic",
            "--local", "1", "--external", "0", "--completions", "2", "--max-tokens", "8", "--eval-every", "0",
-           "--threads", "1", "--rounds", "1", "--schedule", window, "--events", "-", "--quiet",
+           "--threads", "1", "--rounds", str(rounds), *rule, "--events", "-", "--quiet",
            "--data-dir", str(tmp_path / "data")]
     proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -129,7 +127,7 @@ def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(t
         for line in proc.stdout:
             if (e := ev.decode_event(line)) is not None:
                 seen.append(e)
-                if isinstance(e, ev.Status) and e.message.startswith("paused outside the schedule"):
+                if isinstance(e, ev.Status) and e.message.startswith(waits):
                     break
         else:
             raise AssertionError(f"no wait announced: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
@@ -138,8 +136,15 @@ def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(t
     finally:
         if proc.poll() is None:
             proc.kill()
-    seen += [e for line in rest.splitlines() if (e := ev.decode_event(line)) is not None]
     assert proc.returncode == 0, err[-2000:]
+    return seen + [e for line in rest.splitlines() if (e := ev.decode_event(line)) is not None]
+
+
+@pytest.mark.slow
+def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(tmp_path):
+    now = dt.datetime.now()
+    window = f"{(now + dt.timedelta(hours=2)):%H:%M}-{(now + dt.timedelta(hours=3)):%H:%M}"
+    seen = _until_it_waits(tmp_path, 1, ["--schedule", window], "paused outside the schedule")
     assert f"(runs {window})" in next(e.message for e in seen if isinstance(e, ev.Status) and "schedule" in e.message)
     assert not [e for e in seen if isinstance(e, ev.Round)]
     (stop,) = [e for e in seen if isinstance(e, ev.Stop)]
@@ -150,34 +155,13 @@ def test_the_real_engine_outside_its_schedule_trains_nothing_and_stops_cleanly(t
 def test_the_real_engine_beside_a_busy_program_waits_after_its_round_and_stops_cleanly(tmp_path):
     # A busy program using one core, at the engine's own low priority so that the engine's round is not starved:
     # other programs then use more than half a core's share of the CPU, whatever else runs here.
-    spinners = [subprocess.Popen([sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"])]
+    spinner = subprocess.Popen([sys.executable, "-c", "import os\nos.nice(19)\nwhile True: pass"])
     limit = max(1, 50 // (os.cpu_count() or 1))
-    cmd = [sys.executable, "-m", "engine", "run", "--model", "smollm2-135m", "--offline", "--tasks", "basic_arithmetic",
-           "--local", "1", "--external", "0", "--completions", "2", "--max-tokens", "8", "--eval-every", "0",
-           "--threads", "1", "--rounds", "3", "--max-other-cpu", str(limit), "--events", "-", "--quiet",
-           "--data-dir", str(tmp_path / "data")]
-    proc = subprocess.Popen(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    seen: list[ev.Event] = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if (e := ev.decode_event(line)) is not None:
-                seen.append(e)
-                if isinstance(e, ev.Status) and e.message.startswith("paused while other programs"):
-                    break
-        else:
-            raise AssertionError(f"no wait announced: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
-        proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=120)
+        seen = _until_it_waits(tmp_path, 3, ["--max-other-cpu", str(limit)], "paused while other programs")
     finally:
-        for s in spinners:
-            s.kill()
-            s.wait()
-        if proc.poll() is None:
-            proc.kill()
-    seen += [e for line in rest.splitlines() if (e := ev.decode_event(line)) is not None]
-    assert proc.returncode == 0, err[-2000:]
+        spinner.kill()
+        spinner.wait()
     # The measurement starts with the node and needs a second between looks: these rounds take under one, so the
     # wait comes before round 2 or 3, never after the last.
     done = [e.round for e in seen if isinstance(e, ev.Round)]
