@@ -75,8 +75,8 @@ def battery_state(read: Callable[[], Any]) -> bool | None:
 
 @dataclass(frozen=True)
 class CpuSample:
-    """CPU seconds since boot, all cores together (``busy``: anything but idle and I/O wait) and of the node's own
-    processes (``ours``), at ``wall`` (monotonic seconds), on ``cores`` logical cores."""
+    """CPU seconds since boot, all cores together (``busy``: anything but idle, I/O wait, steal and guests) and of
+    the node's own processes (``ours``), at ``wall`` (monotonic seconds), on ``cores`` logical cores."""
 
     wall: float
     busy: float
