@@ -250,6 +250,8 @@ def _assert_paired(ran: Path) -> None:
     for r in cells["alone"] + cells["swarm"]:  # the reward on those first I, which the report pairs
         assert 0.0 <= r["paired_reward_mean"] <= 1.1, r
         assert r.get("recovered") or r["grad_norm"] >= 0.0  # before clipping: the report reads how often the clip acts
+        # One update a round: the PPO clip holds nothing (it acts from a second update on), and the record says so.
+        assert r.get("recovered") or r["clip_low_frac"] == r["clip_high_frac"] == 0.0
     if {(0, 1), (1, 1), (0, 2)} <= set(alone):
         assert alone[(0, 1)][:2] != alone[(1, 1)][:2]  # agents differ from each other
         assert alone[(0, 1)][:2] != alone[(0, 2)][:2]  # and rounds draw on

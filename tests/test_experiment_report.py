@@ -403,6 +403,15 @@ def test_phases_show_an_early_gain_that_a_late_loss_cancels():
         r["grad_norm"] = r["round"] * (0.5 if r["config"] == "alone" else 1.0)
     text = phases(records, parts=2)
     assert "| alone | 0.75 (1.00) | 1.75 (2.00) |" in text and "| swarm | 1.50 (2.00) | 3.50 (4.00) |" in text
+    assert "PPO clip" not in text  # one update a round: the clip held nothing
+    for r in records:
+        r["clip_low_frac"], r["clip_high_frac"] = 0.0, 0.0
+    assert "PPO clip" not in phases(records, parts=2)
+    for r in records:  # a second update a round: the clip holds some tokens, more late in the swarm
+        r["clip_low_frac"] = 0.01 * r["round"] if r["config"] == "swarm" else 0.0
+        r["clip_high_frac"] = 0.02
+    text = phases(records, parts=2)
+    assert "| alone | 0.000 / 0.020 | 0.000 / 0.020 |" in text and "| swarm | 0.015 / 0.020 | 0.035 / 0.020 |" in text
 
 
 def test_the_interval_over_questions_averages_each_question_over_the_pairs():

@@ -187,7 +187,7 @@ ROUND_KEYS = ("round", "reward_mean", "accuracy", "format_rate", "task_score", "
               "round_s", "loss", "per_task", "own_questions", "swap_ms", "checkpoint_ms", "gen_prompt_tokens",
               "gen_prompt_tokens_computed", "train_prompt_tokens", "train_prompt_tokens_computed", "train_completion_tokens",
               "train_completion_tokens_computed", "task_levels", "level_changes", "paired_reward_mean", "group_summaries",
-              "grad_norm", "learning_rate")
+              "grad_norm", "clip_low_frac", "clip_high_frac", "learning_rate")
 
 
 def superseded(records: list[dict[str, Any]], evals: list[Path],

@@ -565,9 +565,17 @@ def phases(records: list[dict[str, Any]], baseline: str = "alone", parts: int = 
         norms = [r["grad_norm"] for r in rs if r.get("grad_norm") is not None]
         return f"{statistics.median(norms):.2f} ({max(norms):.2f})" if norms else "-"
 
+    def ppo_clipped(rs: list[dict[str, Any]]) -> str:
+        low = [r["clip_low_frac"] for r in rs if r.get("clip_low_frac") is not None]
+        high = [r["clip_high_frac"] for r in rs if r.get("clip_high_frac") is not None]
+        return f"{_mean(low):.3f} / {_mean(high):.3f}" if low and high else "-"
+
     text += by_span("own groups with spread per round / answers in format", own_and_format)
     if any("grad_norm" in r for r in records):  # how large the updates were, and whether the clip acted
         text += by_span("gradient norm before clipping, median (largest)", grad_norms)
+    # The PPO clip only acts from a round's second update on (iterations > 1); with one it holds no token.
+    if any(r.get("clip_low_frac") or r.get("clip_high_frac") for r in records):
+        text += by_span("share of completion tokens held by the PPO clip, below / above, mean", ppo_clipped)
     return text
 
 
