@@ -20,6 +20,8 @@ step costs the same either way). Variants, each in its own process (peak RSS is 
   peers-all, peers: a sharing round's update, the second half of the groups from peers: their
            below-average answers run (``onpolicy``: the cost of every update before the trainer
            skipped completions without gradient) or skipped (``drop``, the node's default)
+  two-updates: the default with two policy updates on the same groups (``iterations = 2``: the old
+           log-probs' pass, then two steps), the cost of docs/results/chain3-it2's probe
 All children load the model and run one warm-up step on one group (first-call costs); then they take
 turns, one timed step on all groups each, ``--repeats`` times round robin, and each reports its fastest
 (only one child computes at a time, and a busy spell of a shared machine falls on every variant alike). Also reported: loss, mean completion
@@ -53,6 +55,7 @@ VARIANTS = {
     "wide": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "micro_batch": 16},
     "peers-all": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "onpolicy"},
     "peers": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "peers": "drop"},
+    "two-updates": {"shared_prefix": True, "checkpointing": "auto", "dtype": "auto", "iterations": 2},
 }
 
 
@@ -128,6 +131,7 @@ def child(variant: str, groups_file: Path, completions: int, cache: Path, thread
         policy.set_fused_lora(model, False)
     trainer = Trainer(model, TrainConfig(micro_batch=v.get("micro_batch", micro_batch), checkpointing=v["checkpointing"],
                                          shared_prefix=v["shared_prefix"], external_negatives=v.get("peers", "drop"),
+                                         iterations=v.get("iterations", 1),
                                          memory_budget=memory_budget(None, device)))
     trainer.step(groups[:1])  # warm-up: oneDNN kernel selection, allocator, first-call costs
     print(json.dumps({"ready": variant}), flush=True)
