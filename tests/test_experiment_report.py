@@ -132,6 +132,38 @@ def test_two_runs_with_one_setting_changed_are_paired_under_their_difference(tmp
     assert len(again) == 8
 
 
+def test_held_out_results_pair_at_the_same_round_when_runs_differ_in_length(tmp_path: Path):
+    """A 2-round run beside a 4-round baseline (chain3-it2's 30 rounds beside chain3-long's 60): its end is paired with
+    the baseline's middle (the same round), its middle with nothing the baseline took; rewards over rounds 1-2."""
+    def done(cell: str, rounds: int, middle: dict, end: dict) -> None:
+        path = tmp_path / cell / "seed-0" / "done.json"
+        data = json.loads(path.read_text())
+        data.update(rounds=rounds, eval_middle={str(a): {**_evals(g, {}), "round": rounds // 2} for a, g in middle.items()},
+                    eval={str(a): {**_evals(g, {}), "round": rounds} for a, g in end.items()})
+        path.write_text(json.dumps(data))
+
+    _cell(tmp_path, "alone", 0, {0: [0.1] * 4, 1: [0.2] * 4})
+    done("alone", 4, middle={0: 0.30, 1: 0.40}, end={0: 0.60, 1: 0.70})
+    _cell(tmp_path, "swarm", 0, {0: [0.3] * 2, 1: [0.3] * 2})
+    done("swarm", 2, middle={0: 0.20, 1: 0.20}, end={0: 0.50, 1: 0.40})
+    (p,) = paired(*load_runs([tmp_path]))
+    assert p.total_ratio == pytest.approx(1.2 / 0.6)  # rounds 1-2 only
+    assert p.greedy_diff is not None and p.greedy_diff.mean == pytest.approx(0.1) and p.greedy_diff.n == 2  # +0.2, 0.0
+    assert p.middle_greedy_diff is None  # the baseline took nothing after round 1
+    assert p.greedy_diff_by_question is None and p.sampled_diff is not None and p.sampled_diff.mean == pytest.approx(0.05)
+    # Results from before the round was kept pair as they always did, end with end.
+    for cell in ("alone", "swarm"):
+        path = tmp_path / cell / "seed-0" / "done.json"
+        data = json.loads(path.read_text())
+        for when in ("eval", "eval_middle"):
+            for e in data[when].values():
+                del e["round"]
+        path.write_text(json.dumps(data))
+    (old,) = paired(*load_runs([tmp_path]))
+    assert old.greedy_diff is not None and old.greedy_diff.mean == pytest.approx(-0.2)  # 0.5 - 0.6, 0.4 - 0.7
+    assert old.middle_greedy_diff is not None and old.middle_greedy_diff.mean == pytest.approx(-0.15)
+
+
 def test_a_cell_that_differs_only_in_speed_settings_stays_in_its_configuration(tmp_path: Path):
     """Seed 2 run with --train-dtype fp32 --threads 2 to match its seed's machine: the same design, named as such."""
     for seed in (0, 1):

@@ -359,6 +359,29 @@ def by_question(end: dict[Any, dict[str, Any]], base: dict[Any, dict[str, Any]],
     return paired_interval([statistics.fmean(per_q[q]) for q in sorted(per_q)])
 
 
+def partners(mine: dict[Key, dict], theirs: dict[Key, dict[int | None, dict]],
+             fallback: dict[Key, dict]) -> dict[Key, dict]:
+    """For each of ``mine``'s held-out results, the baseline's result of the same pair at the same round
+    (``theirs``: the baseline's results by pair and round), so that runs of different lengths compare like with
+    like: a 30-round run's end with a 60-round baseline's middle, never with its end. A result without its round
+    (records older than the round field) takes ``fallback``'s, as every run was then the same length."""
+    out = {}
+    for k, e in mine.items():
+        partner = fallback.get(k) if e.get("round") is None else theirs.get(k, {}).get(e["round"])
+        if partner is not None:
+            out[k] = partner
+    return out
+
+
+def evals_by_round(evals: dict[tuple[str, int], dict[str, Any]], config: str) -> dict[Key, dict[int | None, dict]]:
+    """A configuration's held-out results (middle and end) by pair and by the round they were taken after."""
+    out: dict[Key, dict[int | None, dict]] = defaultdict(dict)
+    for when in ("eval_middle", "eval"):
+        for k, e in agent_evals(evals, config, when).items():
+            out[k][e.get("round")] = e
+    return out
+
+
 def _rounds(records: list[dict[str, Any]], config: str) -> set[tuple[int, int, int]]:
     return {(r["seed"], r["agent"], r["round"]) for r in records if r["config"] == config}
 
@@ -369,7 +392,8 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
     configs = list(dict.fromkeys(r["config"] for r in records))
     if baseline not in configs:
         return []
-    base_e, base_m = agent_evals(evals, baseline), agent_evals(evals, baseline, "eval_middle")
+    base_by_round = evals_by_round(evals, baseline)
+    base_end, base_mid = agent_evals(evals, baseline), agent_evals(evals, baseline, "eval_middle")
     out = []
     for config in configs:
         if config == baseline:
@@ -381,8 +405,10 @@ def paired(records: list[dict[str, Any]], evals: dict[tuple[str, int], dict[str,
         keys = sorted(set(tot) & set(base_t))
         end, mid, start = agent_evals(evals, config), agent_evals(evals, config, "eval_middle"), \
             agent_evals(evals, config, "eval_start")
-        ek = sorted(set(end) & set(base_e))
-        mk = sorted(set(mid) & set(base_m))
+        # Each result against the baseline's at the same round (runs of different lengths: a 30-round run's end
+        # is paired with a 60-round baseline's middle).
+        base_e, base_m = partners(end, base_by_round, base_end), partners(mid, base_by_round, base_mid)
+        ek, mk = sorted(base_e), sorted(base_m)
         tasks = sorted({t for k in ek for t in end[k].get("per_task", {}) if t in base_e[k].get("per_task", {})})
         total_diff, total_ratio = _ratio_of_sums(tot, base_t)
         greedy = {k: end[k]["eval_accuracy"] - base_e[k]["eval_accuracy"] for k in ek}
