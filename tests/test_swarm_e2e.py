@@ -135,10 +135,16 @@ def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
                 assert proc.poll() is None and time.monotonic() < deadline
                 time.sleep(0.2)
 
-        wait_round(1)
+        # The relay goes down after the first round that shared something: a node shares only groups with reward
+        # spread and its questions follow its new identity, so a round can share nothing (test_credit saw one).
+        linked = 1
+        wait_round(linked)
+        while linked < 3 and not any(e["type"] == "round" and e["groups_shared"] for e in _events(path)):
+            linked += 1
+            wait_round(linked)
         time.sleep(1.5)  # let the relay flush its stats to disk
         relay.kill()
-        wait_round(2)
+        wait_round(linked + 1)
         relay.start()
         finish(proc)
     finally:
@@ -147,7 +153,8 @@ def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
     events = _events(path)
     rounds = [e for e in events if e["type"] == "round"]
     assert [e["round"] for e in rounds] == [1, 2, 3, 4, 5]  # never stopped training
-    assert rounds[0]["relay_connected"] and not rounds[1]["relay_connected"] and rounds[-1]["relay_connected"]
+    assert all(e["relay_connected"] for e in rounds[:linked])
+    assert not rounds[linked]["relay_connected"] and rounds[-1]["relay_connected"]
     # The swarm's rate while linked, back to it after (a round trained while the link was down took alone's:
     # which rounds those were depends on where in round 2 the kill fell; the unreachable test pins it).
     assert rounds[0]["learning_rate"] == rounds[-1]["learning_rate"] == 2e-4
@@ -159,7 +166,9 @@ def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
     links = [e["state"] for e in events if e["type"] == "relay"]
     assert "unreachable" in links and "connected" in links[links.index("unreachable"):], links
     # Stats from before the kill survived the restart.
-    assert rounds[-1]["shared_total"] >= rounds[0]["groups_shared"] > 0
+    shared_before = sum(e["groups_shared"] for e in rounds[:linked])
+    assert shared_before > 0, "nothing shared in 3 rounds"
+    assert rounds[-1]["shared_total"] >= shared_before
 
 
 def test_a_node_whose_relay_is_unreachable_trains_at_alones_rate(tmp_path, model_cache):
