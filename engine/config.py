@@ -31,7 +31,7 @@ import msgspec
 
 from engine.errors import SapoError
 from wire.power_rules import parse_schedule
-from wire.protocol import MAX_FORMAT_BONUS, swarm_name_problem
+from wire.protocol import MAX_AGE_S, MAX_FORMAT_BONUS, swarm_name_problem
 
 TINY_PARAMS = 500_000_000  # below this, a model gets the "tiny" defaults
 WEIGHT_CHOICES = ("auto", "as-is", "q4_0", "q8_0", "bf16")  # working formats (engine/models/working_copy.py)
@@ -200,6 +200,11 @@ class NodeConfig:
                    "mean reward first) or useful (success rate strictly between 0 and 1 under this node's "
                    "scoring, nearest 0.5 first, tasks this node fails first)",
         source="uniform: the paper; top: GenRL; useful: online difficulty filtering (arXiv 2504.03380)")
+    # A wall clock: in an experiment, whose agents take turns, 600 s hold ~3-9 rounds on a 2-core CPU (fewer when
+    # the machine is busy), where a real swarm's parallel nodes would hold ~50 (docs/RESULTS.md, chain3-long).
+    peer_window_s: float = setting(
+        600.0, "draw peers' groups published in the last this many seconds",
+        source="SAPO: peers' groups of the current rounds; docs/RESULTS.md, chain3-long (the window a wall clock)")
     fill_dead_slots: bool = setting(
         True, "keep the groups actually trained per round at I + J: own groups without reward spread are "
                "replaced by more swarm groups (alone: by extra own draws, one more batch)",
@@ -402,6 +407,7 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.eval_every >= 0, f"eval every must be >= 0, got {cfg.eval_every}")
     need(cfg.eval_per_task >= 1, f"eval questions per task must be >= 1, got {cfg.eval_per_task}")
     need(cfg.heldout_draw >= 0, f"held-out draw must be >= 0, got {cfg.heldout_draw}")
+    need(0 < cfg.peer_window_s <= MAX_AGE_S, f"peer window must be in (0, {MAX_AGE_S:.0f}] seconds, got {cfg.peer_window_s}")
     need(0 < cfg.external_token_share <= 1, f"external token share must be in (0, 1], got {cfg.external_token_share}")
     need(swarm_name_problem(cfg.swarm) is None, swarm_name_problem(cfg.swarm) or "")
     for name, what in (("relay_ca_sha256", "a sha256"), ("manifest_digest", "a sha256"),

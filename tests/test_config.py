@@ -65,6 +65,7 @@ def test_the_learning_rate_follows_whether_the_node_trains_on_peers_groups():
     # the relay's own rule (wire.protocol.SwarmName): refused here at start, not by the relay at the first hello
     ({"swarm": "my swarm"}, "swarm name must be"), ({"swarm": ".hidden"}, "swarm name must be"),
     ({"swarm": "x" * 65}, "swarm name must be"),
+    ({"peer_window_s": 0}, "peer window"), ({"peer_window_s": 8 * 24 * 3600}, "peer window"),
 ])
 def test_invalid_values(values, needle):
     with pytest.raises(SapoError, match=needle):

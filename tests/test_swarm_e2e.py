@@ -125,6 +125,24 @@ def test_poisoned_groups_are_rejected_and_the_budget_is_filled_locally(tmp_path,
     assert r["rejected_by_sender"] == {evil.node_id: r["rejected_groups"]}, summary
 
 
+def test_a_node_draws_only_peers_groups_inside_its_window(tmp_path, relay, model_cache):
+    """``peer_window_s``: groups published before the window are not drawn; the same groups inside it are
+    (and refused for their poison, which shows they were handed over)."""
+    evil = SwarmClient(relay.url, "e2e", Identity.generate(), "evil", None, on_status=lambda m: None)
+    ack = evil.publish(_poisoned(evil.node_id))
+    assert ack is not None and ack.accepted == 3
+    evil.close()
+    time.sleep(3.0)
+    rounds = {}
+    for name, window in (("narrow", "1"), ("wide", "600")):
+        proc, path = start_engine(tmp_path, name, None, relay, model_cache, "--local", "1", "--external", "3",
+                                  "--rounds", "1", "--peer-window-s", window)
+        finish(proc)
+        (rounds[name],) = [e for e in _events(path) if e["type"] == "round"]
+    assert rounds["narrow"]["rejected_groups"] == 0 and rounds["narrow"]["external_groups"] == 0, rounds["narrow"]
+    assert rounds["wide"]["rejected_groups"] >= 2, rounds["wide"]  # drawn, then refused for their poison
+
+
 def test_relay_killed_and_restarted_during_a_run(tmp_path, relay, model_cache):
     proc, path = start_engine(tmp_path, "n", None, relay, model_cache, "--local", "2", "--external", "2",
                               "--rounds", "5")

@@ -517,7 +517,7 @@ class Node:
         screened = []
         n = candidates_to_sample(self.cfg.local_groups, self.cfg.external_groups, self.cfg.external_selection,
                                  self.cfg.fill_dead_slots)
-        for shared in self.swarm.sample(n, tasks):
+        for shared in self.swarm.sample(n, tasks, max_age_s=self.cfg.peer_window_s):
             # Authorship first: nothing of a group is looked at before its signature checks out.
             reason = self.swarm.screen(shared)
             if reason is None:
