@@ -198,7 +198,8 @@ class NodeConfig:
     external_selection: str = setting(
         "useful", "which verified swarm groups to train on: uniform (any with reward spread), top (highest "
                    "mean reward first) or useful (success rate strictly between 0 and 1 under this node's "
-                   "scoring, nearest 0.5 first, tasks this node fails first)",
+                   "scoring, nearest 0.5 first, tasks this node fails first); rare: the same groups, the lowest "
+                   "success rate first (a probe)",
         source="uniform: the paper; top: GenRL; useful: online difficulty filtering (arXiv 2504.03380)")
     # A wall clock: in an experiment, whose agents take turns, 600 s hold ~3-9 rounds on a 2-core CPU (fewer when
     # the machine is busy), where a real swarm's parallel nodes would hold ~50 (docs/RESULTS.md, chain3-long).
@@ -415,8 +416,8 @@ def validate(cfg: NodeConfig) -> None:
         value = getattr(cfg, name)
         need(value is None or re.fullmatch(r"[0-9a-f]{64}", value) is not None,
              f"{name.replace('_', ' ')} must be 64 lowercase hex digits ({what}), got {str(value)[:80]!r}")
-    need(cfg.external_selection in ("uniform", "top", "useful"),
-         f"external selection must be uniform, top or useful, got {cfg.external_selection!r}")
+    need(cfg.external_selection in ("uniform", "top", "useful", "rare"),
+         f"external selection must be uniform, top, useful or rare, got {cfg.external_selection!r}")
     need(cfg.external_negatives in ("onpolicy", "drop", "topr"),
          f"external negatives must be onpolicy, drop or topr, got {cfg.external_negatives!r}")
     need(cfg.importance_cap == 0 or cfg.importance_cap >= 1,

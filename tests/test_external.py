@@ -44,6 +44,13 @@ def test_useful_keeps_success_strictly_inside_and_prefers_half_and_failed_tasks(
     assert rank(CANDS, "useful", {"a": 1.0, "b": 0.0, "c": 1.0}, random.Random(0)) == [2, 1, 4]
 
 
+def test_rare_keeps_useful_s_groups_and_puts_the_lowest_success_first():
+    assert rank(CANDS, "rare", {}, random.Random(0)) == [2, 1, 4]  # 0.25, 0.5, 0.75; 0 (format only) and 3 out
+    same = [Candidate("a", 0.25, 0.3, True), Candidate("b", 0.25, 0.3, True), Candidate("c", 0.25, 0.3, True, distance=1)]
+    # equal success: the failed task first, then the nearer level (as useful)
+    assert rank(same, "rare", {"a": 1.0, "b": 0.0}, random.Random(0)) == [1, 0, 2]
+
+
 def test_unknown_rule_is_an_error():
     with pytest.raises(ValueError, match="unknown external selection"):
         rank(CANDS, "best", {}, random.Random(0))

@@ -9,7 +9,7 @@ LoRA weights are swapped likewise (``Backbone``), so 8 agents of the bundled mod
 Agents take turns within a round (agent 0, 1, ..., N-1), so agent k samples its peers' groups of
 this round (those before it) and of the last (those after it). A configuration is a name: a base,
 ``alone`` (I + J own groups, no relay) or ``swarm`` (I own + J external, the paper's uniform
-choice), plus modifiers joined with ``+``: ``top``, ``useful`` (``external_selection``), ``fill``
+choice), plus modifiers joined with ``+``: ``top``, ``useful``, ``rare`` (``external_selection``), ``fill``
 (``fill_dead_slots``), ``drop``, ``topr`` (``external_negatives``), ``isC`` (``importance_cap`` C),
 ``frontier`` (task levels follow each agent's success rate, engine/tasks/frontier.py). Each trains at the
 learning rate its node ships with: 2e-4 where it trains on peers' groups the default way (``useful``, ``fill``
@@ -91,6 +91,7 @@ PAPER: dict[str, Any] = {"external_selection": "uniform", "fill_dead_slots": Fal
 MODIFIERS: dict[str, dict[str, Any]] = {
     "top": {"external_selection": "top"},
     "useful": {"external_selection": "useful"},
+    "rare": {"external_selection": "rare"},
     "fill": {"fill_dead_slots": True},
     "drop": {"external_negatives": "drop"},
     "topr": {"external_negatives": "topr", "share_logprobs": True},
@@ -686,7 +687,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, help="rounds per agent (default 20)")
     p.add_argument("--seeds", help="comma-separated seeds (default 0)")
     p.add_argument("--configs", help=f"comma-separated configurations (default {DEFAULT_CONFIGS}); "
-                                     "alone|swarm, plus +top, +useful, +fill, +drop, +topr, +isC")
+                                     "alone|swarm, plus +top, +useful, +rare, +fill, +drop, +topr, +isC")
     p.add_argument("--models",
                    help="comma-separated models (catalog names or .gguf paths); agent k runs the k-th modulo their "
                         "number, in every configuration; name one more than once for a mix (a,a,a,b: one b among "

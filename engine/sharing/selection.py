@@ -8,7 +8,11 @@ Selection (``external_selection``), over candidates the node has already verifie
   group peaks there: online difficulty filtering, arXiv 2504.03380; ExGRPO prefers 25-75 %),
   weighted up for tasks this node currently fails and, with ``frontier``, down by the distance
   between the group's level of its task and this node's (engine/tasks/frontier.py): a peer's group
-  from this node's own frontier first.
+  from this node's own frontier first;
+- ``rare``: the same groups as ``useful``, the lowest success rate first (then as ``useful``): a
+  peer's rare success is most likely an answer this node does not find itself (same model, same
+  task), where ``useful`` would train the groups nearest 0.5 first. A probe (docs/RESULTS.md,
+  chain3-rare), not a default.
 
 Budget (``fill_dead_slots``): the paper counts *drawn* groups (I own + J external); own groups
 without reward spread then train nothing. Filling dead slots keeps the number of *trained*
@@ -21,7 +25,7 @@ import random
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-SELECTIONS = ("uniform", "top", "useful")
+SELECTIONS = ("uniform", "top", "useful", "rare")
 UNKNOWN_ACCURACY = 0.5  # a task this node has not drawn yet: neither failed nor mastered
 ACCURACY_EMA = 0.3  # weight of the latest round in a task's running accuracy
 
@@ -52,11 +56,16 @@ def rank(candidates: Sequence[Candidate], mode: str, task_accuracy: Mapping[str,
     if mode == "top":
         eligible = [i for i, c in enumerate(candidates) if c.spread]
         return sorted(eligible, key=lambda i: -candidates[i].reward_mean)
-    if mode == "useful":
+    if mode in ("useful", "rare"):
         eligible = [i for i, c in enumerate(candidates) if c.spread and 0.0 < c.success < 1.0]
-        return sorted(eligible, key=lambda i: -usefulness(candidates[i].success,
-                                                          task_accuracy.get(candidates[i].task, UNKNOWN_ACCURACY))
-                      / (1 + candidates[i].distance))
+
+        def score(i: int) -> float:
+            c = candidates[i]
+            return usefulness(c.success, task_accuracy.get(c.task, UNKNOWN_ACCURACY)) / (1 + c.distance)
+
+        if mode == "rare":
+            return sorted(eligible, key=lambda i: (candidates[i].success, -score(i)))
+        return sorted(eligible, key=lambda i: -score(i))
     raise ValueError(f"unknown external selection {mode!r}: choose one of {', '.join(SELECTIONS)}")
 
 
