@@ -161,7 +161,9 @@ class GroupsChart(_StackedBars):
     def update(self, model: RunModel) -> None:
         xs = [r.round for r in model.rounds]
         self.set_rows(xs, [[r.own, r.external, r.rejected] for r in model.rounds])
-        self._unused.setData(xs, [r.dropped for r in model.rounds])
+        # A mark only where something was not used: an x at 0 on every other round reads as a data point.
+        unused = [(r.round, r.dropped) for r in model.rounds if r.dropped > 0]
+        self._unused.setData([x for x, _ in unused], [n for _, n in unused])
 
 
 def _time_row(r: RoundPoint) -> list[float]:

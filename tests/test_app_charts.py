@@ -3,6 +3,8 @@ offscreen): the legend is a fixed number of pixels tall, so the room above the b
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from PySide6.QtCore import QPointF
 
@@ -42,3 +44,12 @@ def test_time_legend_clear_after_the_chart_is_made_smaller(qtbot):
     qtbot.wait(100)
     legend_bottom, bar_top = _legend_bottom_and_bar_top(chart, 49.6)
     assert legend_bottom < bar_top
+
+
+def test_groups_marks_only_the_rounds_where_groups_went_unused(qtbot):
+    chart = GroupsChart()
+    qtbot.addWidget(chart.widget)
+    rounds = [SimpleNamespace(round=n, own=4, external=2, rejected=0, dropped=d) for n, d in [(1, 0), (2, 3), (3, 0), (4, 1)]]
+    chart.update(SimpleNamespace(rounds=rounds))
+    xs, ys = chart._unused.getData()
+    assert list(xs) == [2, 4] and list(ys) == [3, 1]
