@@ -44,11 +44,13 @@ def test_the_learning_rate_follows_whether_the_node_trains_on_peers_groups():
     assert resolve_auto(NodeConfig(relay=relay, external_groups=0), 135_000_000).learning_rate == 1e-4  # J = 0
     assert resolve_auto(NodeConfig(relay=relay, learning_rate=5e-5), 135_000_000).learning_rate == 5e-5  # explicit
     # Only the way of using peers' groups it was measured with: uniform sharing at 2e-4 did worse (run 8)
-    for other in ({"external_selection": "uniform"}, {"fill_dead_slots": False}, {"external_negatives": "onpolicy"},
+    for other in ({"external_selection": "uniform"}, {"external_selection": "rare"}, {"fill_dead_slots": False}, {"external_negatives": "onpolicy"},
                   {"external_negatives": "topr"}):
         assert resolve_auto(NodeConfig(relay=relay, **other), 135_000_000).learning_rate == 1e-4, other
     with pytest.raises(SapoError, match="learning rate must be > 0"):
         build_config({}, {"learning_rate": -1e-4})
+    with pytest.raises(SapoError, match="must be uniform, top, useful or rare, got 'best'"):
+        build_config({}, {"external_selection": "best"})
     # A round while the relay is unreachable trains on own groups only: alone's rate, unless a rate was set.
     assert resolve_auto(NodeConfig(relay=relay), 135_000_000).learning_rate_alone == 1e-4
     assert resolve_auto(NodeConfig(), 135_000_000).learning_rate_alone == 1e-4

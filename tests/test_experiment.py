@@ -41,6 +41,7 @@ def test_config_names():
         **paper, "local_groups": 2, "external_groups": 6, "external_selection": "useful", "fill_dead_slots": True,
         "external_negatives": "drop"}
     assert config_overrides("alone+fill+is2", 4, 4)["importance_cap"] == 2.0
+    assert config_overrides("swarm+rare+fill+drop", 4, 4)["external_selection"] == "rare"
     with pytest.raises(SapoError, match="unknown modifier"):
         config_overrides("swarm+best", 4, 4)
     with pytest.raises(SapoError, match="must start with"):
