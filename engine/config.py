@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import re
 import tomllib
 import types
@@ -385,9 +386,11 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.format_bonus is None or 0 <= cfg.format_bonus <= MAX_FORMAT_BONUS,
          f"format bonus must be 0..{MAX_FORMAT_BONUS} (peers refuse groups with more), got {cfg.format_bonus}")
     need(cfg.optimizer in ("adamw", "adam", "sgd"), f"optimizer must be adamw, adam or sgd, got {cfg.optimizer!r}")
-    need(cfg.learning_rate is None or cfg.learning_rate > 0, f"learning rate must be > 0, got {cfg.learning_rate}")
-    need(cfg.learning_rate_alone is None or cfg.learning_rate_alone > 0,
-         f"learning_rate_alone must be > 0, got {cfg.learning_rate_alone}")
+    # Above 1 a LoRA update is no longer a step but a jump: its weights overflow within a few rounds.
+    need(cfg.learning_rate is None or 0 < cfg.learning_rate <= 1,
+         f"learning rate must be > 0 and at most 1, got {cfg.learning_rate}")
+    need(cfg.learning_rate_alone is None or 0 < cfg.learning_rate_alone <= 1,
+         f"learning_rate_alone must be > 0 and at most 1, got {cfg.learning_rate_alone}")
     need(cfg.lora_rank >= 1, f"LoRA rank must be >= 1, got {cfg.lora_rank}")
     need(cfg.lora_alpha > 0, f"LoRA alpha must be > 0, got {cfg.lora_alpha}")
     need(0 <= cfg.lora_dropout < 1, f"LoRA dropout must be in [0, 1), got {cfg.lora_dropout}")
@@ -422,6 +425,12 @@ def validate(cfg: NodeConfig) -> None:
          f"external negatives must be onpolicy, drop or topr, got {cfg.external_negatives!r}")
     need(cfg.importance_cap == 0 or cfg.importance_cap >= 1,
          f"importance cap must be 0 (off) or >= 1, got {cfg.importance_cap}")
+    # Last, so that a field's own rule speaks first: inf passes most range checks (> 0, >= 1) and means nothing here.
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        values = value.values() if isinstance(value, dict) else [value]
+        bad = next((v for v in values if isinstance(v, float) and not math.isfinite(v)), None)
+        need(bad is None, f"{f.name} must be a finite number, got {bad}")
 
 
 ALONE_LEARNING_RATE = 1e-4

@@ -51,6 +51,16 @@ def test_the_learning_rate_follows_whether_the_node_trains_on_peers_groups():
         build_config({}, {"learning_rate": -1e-4})
     with pytest.raises(SapoError, match="must be uniform, top, useful or rare, got 'best'"):
         build_config({}, {"external_selection": "best"})
+    # inf passes "> 0": a run at an infinite rate trained to NaN weights and answered nothing from then on
+    for rate in (float("inf"), float("nan"), 2.0):
+        with pytest.raises(SapoError, match="learning rate must be > 0 and at most 1"):
+            build_config({}, {"learning_rate": rate})
+    for name, value in (("temperature", float("inf")), ("grad_clip", float("inf")), ("lora_alpha", float("inf")),
+                        ("eps_high", float("inf")), ("importance_cap", float("inf"))):
+        with pytest.raises(SapoError, match=f"^{name} must be a finite number, got inf$"):
+            build_config({}, {name: value})
+    with pytest.raises(SapoError, match="task_weights must be a finite number, got inf"):
+        build_config({"task_weights": {"gcd": float("inf")}}, {})
     # A round while the relay is unreachable trains on own groups only: alone's rate, unless a rate was set.
     assert resolve_auto(NodeConfig(relay=relay), 135_000_000).learning_rate_alone == 1e-4
     assert resolve_auto(NodeConfig(), 135_000_000).learning_rate_alone == 1e-4

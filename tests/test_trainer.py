@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -555,3 +556,20 @@ def test_progress_is_reported_per_micro_batch():
     stats = trainer.step(groups(), lambda done, total: calls.append((done, total)))
     n = stats.micro_batches
     assert n > 1 and calls == [(i, n) for i in range(1, n + 1)]
+
+
+def test_a_non_finite_gradient_is_left_out_and_the_next_update_is_clean():
+    # One NaN advantage makes the whole gradient NaN; stepping on it would leave the LoRA and AdamW's moments NaN
+    # for good, so the model would answer nothing again (a checkpoint saved after it, too).
+    model = tiny_policy()
+    trainer = Trainer(model, TrainConfig(learning_rate=1e-2, micro_batch=2))
+    lora = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    bad = groups()
+    bad[0] = dataclasses.replace(bad[0], advantages=[float("nan")] + bad[0].advantages[1:])
+    stats = trainer.step(bad)
+    assert stats.skipped == 1 and not math.isfinite(stats.grad_norm)
+    assert all(torch.equal(p, lora[n]) for n, p in model.named_parameters() if n in lora)
+    stats = trainer.step(groups())
+    assert stats.skipped == 0 and math.isfinite(stats.grad_norm)
+    moved = [n for n, p in model.named_parameters() if n in lora and not torch.equal(p, lora[n])]
+    assert moved and all(torch.isfinite(p).all() for n, p in model.named_parameters() if n in lora)

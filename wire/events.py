@@ -175,7 +175,7 @@ class Round(Event, tag="round", frozen=True):
     tokens_trained: int
     clip_low_frac: float
     clip_high_frac: float
-    grad_norm: float
+    grad_norm: float | None  # before clipping; None when it was not finite and the update was left out
     round_s: float
     per_task: dict[str, TaskRound] = {}
     score_s: float = 0.0
@@ -185,6 +185,7 @@ class Round(Event, tag="round", frozen=True):
     train_completion_tokens_computed: int = 0  # those training ran (completions without gradient are skipped)
     gen_prompt_tokens: int = 0  # the round's prompts' tokens, as if each were decoded alone
     gen_prompt_tokens_computed: int = 0  # those sampling actually decoded (a task's shared preamble once)
+    updates_skipped: int = 0  # optimizer steps left out: their gradient was not finite (the model is unchanged)
     learning_rate: float = 0.0  # this round's step size: the swarm's while the relay is reachable, else alone's
     eval_s: float | None = None  # rounds that evaluated
     dead_slots_filled: int = 0  # own groups without spread replaced (fill_dead_slots): extra draws or swarm groups

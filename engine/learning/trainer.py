@@ -30,6 +30,7 @@ the first update, with the current policy.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 from dataclasses import dataclass, fields
@@ -105,6 +106,7 @@ class TrainStats:
     activation_bytes: int = 0  # the largest micro-batch's, as measured (checkpointed: what it kept)
     logprob_mean: float = 0.0  # mean completion-token log-prob in the (last) update's forward
     tokens_computed: int = 0  # completion tokens run through the model: ``tokens`` less those without gradient
+    skipped: int = 0  # updates not applied: their gradient was not finite
 
 
 class _TargetLogprobs(torch.autograd.Function):
@@ -473,7 +475,7 @@ class Trainer:
         prompt_tokens = self._prefixes.tokens + sum(self._prompt_tokens(batch) for batch in batches)  # as computed
         per_group = sum(len(u.prompt_ids) for batch in batches for u in batch)
         old = self._logprobs(batches) if self.cfg.iterations > 1 else None
-        checkpointed = act_bytes = 0
+        checkpointed = act_bytes = skipped = 0
         for _ in range(self.cfg.iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = low = high = lp_sum = 0.0
@@ -508,9 +510,13 @@ class Trainer:
             if leaves is not None:
                 self._backward_prefixes(leaves)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
-            self.optimizer.step()
+            if math.isfinite(grad_norm):
+                self.optimizer.step()
+            else:  # one inf or NaN would poison the LoRA and Adam's moments for good: this update is left out
+                self.optimizer.zero_grad(set_to_none=True)
+                skipped += 1
         return TrainStats(loss_sum, total_tokens, n_seqs, low / total_tokens, high / total_tokens,
                           grad_norm, time.perf_counter() - t0, prompt_tokens=prompt_tokens,
                           prompt_tokens_per_group=per_group,
                           micro_batches=len(batches), checkpointed=checkpointed, activation_bytes=act_bytes,
-                          logprob_mean=lp_sum / computed, tokens_computed=computed)
+                          logprob_mean=lp_sum / computed, tokens_computed=computed, skipped=skipped)

@@ -34,6 +34,7 @@ Where this node follows the SAPO paper (arXiv 2509.08721) and where it departs:
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 from collections import Counter
@@ -376,6 +377,9 @@ class Node:
         r.learning_rate = self._learning_rate()
         self.trainer.set_learning_rate(r.learning_rate)
         r.train = self.trainer.step(train_groups, self.phases.progress)
+        if r.train.skipped:
+            self.events.warning(f"round {r.number}: the update's gradient was not finite, so it was left out "
+                                "(the model is unchanged)")
         for g in r.external:
             self.verifier.remember(g.question.spec)  # trained: a later copy is a replay
             if self.swarm is not None and g.digest:
@@ -486,7 +490,8 @@ class Node:
             "tokens_trained": train.tokens,
             "clip_low_frac": round(train.clip_low_frac, 4),
             "clip_high_frac": round(train.clip_high_frac, 4),
-            "grad_norm": round(train.grad_norm, 4),
+            "grad_norm": round(train.grad_norm, 4) if math.isfinite(train.grad_norm) else None,
+            "updates_skipped": train.skipped,
             "per_task": _per_task(r.own),
             # In draw order: shows that paired experiment configurations trained on the same questions.
             "own_questions": [question_key(g.question) for g in r.own],
