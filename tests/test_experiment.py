@@ -277,6 +277,8 @@ def _assert_paired(ran: Path) -> None:
     (["--configs", "alone,swarm+best"], "unknown modifier 'best'"),
     (["--configs", "together"], "must start with 'alone' or 'swarm'"),
     (["--seeds", "0,x"], "--seeds must be comma-separated whole numbers"),
+    (["--seeds", "0,-1"], "--seeds must be whole numbers >= 0"),  # ran, as seed -1
+    (["--agents", "256"], "--agents must be at most 255"),  # each worker died on its first agent past 255
     (["--configs", "alone,alone"], "named once"),
     (["--workers", "0"], "--workers must be >= 1"),
     # gcd's easy settings hold 400 questions: 256 held-out ones would leave training fewer than they hold out
@@ -291,6 +293,19 @@ def test_impossible_settings_are_one_line_and_exit_2_before_any_work(tmp_path: P
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()  # nothing made, nothing loaded
+
+
+@pytest.mark.parametrize("where", ["a-file", "a-file/below"])
+def test_an_out_that_cannot_be_a_directory_is_one_line_and_exit_2_before_any_work(tmp_path: Path, where):
+    (tmp_path / "a-file").write_text("kept\n")
+    out = tmp_path / where
+    done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--agents", "1",
+                           "--rounds", "1"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sapo-engine: error: --out {out} "), done.stderr
+    assert (tmp_path / "a-file").read_text() == "kept\n"  # two workers' tracebacks before; the file untouched now
 
 
 @pytest.mark.parametrize("toml, message", [

@@ -141,6 +141,21 @@ def shares(name: str) -> bool:
     return name.split("+")[0] == "swarm"
 
 
+def check_out_dir(out: Path) -> None:
+    """``--out`` is a directory this process can write, made if missing: one line now, not two workers' tracebacks."""
+    if out.exists() and not out.is_dir():
+        raise SapoError(f"--out {out} is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SapoError(f"--out {out} cannot be made: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise SapoError(f"--out {out} is not writable")
+
+
+MAX_AGENTS = 255
+
+
 def agent_identity(k: int) -> Any:
     """Agent k's identity: the same in every configuration and seed, so its question stream differs only by seed."""
     from wire.identity import Identity
@@ -720,6 +735,11 @@ def run(args: argparse.Namespace) -> int:
         raise SapoError(f"--seeds must be comma-separated whole numbers, got {args.seeds!r}") from None
     configs = [c.strip() for c in (args.configs or (QUICK["configs"] if args.quick else DEFAULT_CONFIGS)).split(",")
                if c.strip()]
+    if agents > MAX_AGENTS:
+        raise SapoError(f"--agents must be at most {MAX_AGENTS} (agent k's identity is made from the byte k + 1), "
+                        f"got {agents}")
+    if any(s < 0 for s in seeds):
+        raise SapoError(f"--seeds must be whole numbers >= 0, got {args.seeds!r}")
     if agents < 1 or rounds < 1 or not seeds or not configs:
         raise SapoError(f"an experiment needs at least one agent, round, seed and configuration "
                         f"(got {agents} agents, {rounds} rounds, seeds {seeds}, configurations {configs})")
@@ -739,6 +759,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     apply_priority(cfg.priority)  # as a node does: the cells' worker processes inherit it
     check_questions(plan)
+    check_out_dir(args.out)
     prepare_models(plan)
     run_workers(workers_for(plan, workers))
     left = [f"{c} seed {s}" for c, s in plan.all_cells() if not _finished(cell_dir(plan, c, s), plan.rounds)]
