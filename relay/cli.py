@@ -8,6 +8,7 @@ closed with 1001, stats flushed).
 from __future__ import annotations
 
 import argparse
+import math
 import asyncio
 import dataclasses
 import base64
@@ -57,8 +58,8 @@ def _positive(kind: type[int] | type[float]):  # type: ignore[no-untyped-def]
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        if not 0 < value < math.inf:  # inf would switch a limit off (a hello timeout that never comes)
+            raise argparse.ArgumentTypeError(f"must be a positive finite number, not {text}")
         return value
 
     return parse

@@ -37,6 +37,15 @@ def test_bad_port(port: str, tmp_path: Path) -> None:
     assert "port" in one_clear_line(done.stderr)
 
 
+@pytest.mark.parametrize("flag, value", [("--hello-timeout-s", "inf"), ("--rate", "inf"), ("--pool-max-age-s", "inf"),
+                                         ("--rate", "nan"), ("--burst", "0"), ("--groups-per-minute", "-3")])
+def test_a_limit_is_positive_and_finite(flag: str, value: str, tmp_path: Path) -> None:
+    # inf passed "> 0" and switched the limit off: a client that never says hello held its slot for good
+    done = relay_cli("--port", "0", "--data-dir", str(tmp_path), flag, value)
+    assert done.returncode == 2
+    assert f"argument {flag}: must be a positive finite number, not {value}" in one_clear_line(done.stderr)
+
+
 def test_port_in_use(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
