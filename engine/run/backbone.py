@@ -11,11 +11,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.config import NodeConfig
+from engine.errors import SapoError
+from engine.models.modelfile import GGUFInfo
 from engine.models.prepare import PreparedModel
 from engine.paths import default_cache_dir
 
 MAX_SEQS_PER_BATCH = 64
 SANDBOX_WORKERS = 2  # one stuck on a hostile group's timeout leaves the other scoring
+CONTEXT_SHARE = 0.5  # of the memory free at start the sampling context may take: loading and training need the rest
+
+
+def context_cells(cfg: NodeConfig) -> int:
+    """llama.cpp cells for a round's sequences (up to the most a batch may hold), and room for the prompts."""
+    n_seq = min(MAX_SEQS_PER_BATCH, max((cfg.local_groups + cfg.external_groups) * (cfg.completions or 1), 2))
+    return n_seq * (cfg.max_tokens or 0) + 8192
+
+
+def context_bytes(info: GGUFInfo, cells: int) -> int:
+    """The KV cache of ``cells`` cells: a key and a value per layer and KV head, f16 (llama.cpp's default)."""
+    return cells * info.n_layers * 2 * info.n_head_kv * info.head_dim * 2
+
+
+def check_context_fits(need: int, free: int, cfg: NodeConfig) -> None:
+    """One line before any work where the sampling context alone would take most of the memory: at 64 answers
+    of 8192 tokens (both within their bounds) the bundled model's context is 12 GiB, and the node swapped for
+    minutes before its first round."""
+    if need > free * CONTEXT_SHARE:
+        raise SapoError(f"{cfg.completions} answers of up to {cfg.max_tokens} tokens a question need "
+                        f"{need / 2**30:.1f} GiB for sampling alone, and {free / 2**30:.1f} GiB of memory is free: "
+                        f"lower max_tokens or completions")
 
 
 @dataclass
@@ -36,18 +60,22 @@ class Backbone:
         from engine.sampling.llm import LlamaModel
         from engine.sandbox.workers import Sandbox
 
+        import psutil
+
+        from engine.models.modelfile import inspect_gguf
+
         cfg.check_resolved()
-        sandbox = Sandbox(SANDBOX_WORKERS)
         device = choose_device(cfg.device)
-        budget = cfg.local_groups + cfg.external_groups
-        n_seq = min(MAX_SEQS_PER_BATCH, max(budget * (cfg.completions or 1), 2))
         layers = gpu_layers(cfg.gpu_layers, device)
         # Cells for a round's sequences; sequences up to the most a batch may hold, whatever the round needs:
         # a held-out evaluation (3 answers a question, many questions) then fills the same cells with more
         # questions a batch, and fewer batches waiting for their longest answer (1.25x its tokens/s going
         # from 32 to 64 sequences; docs/BENCHMARKS.md). Only the cells cost memory.
-        llm = LlamaModel(model.path, n_ctx=n_seq * (cfg.max_tokens or 0) + 8192, n_seq_max=MAX_SEQS_PER_BATCH,
-                         threads=threads, n_gpu_layers=layers)
+        cells = context_cells(cfg)
+        if layers == 0:  # the context in RAM (offloaded layers keep theirs in GPU memory)
+            check_context_fits(context_bytes(inspect_gguf(model.path), cells), psutil.virtual_memory().available, cfg)
+        sandbox = Sandbox(SANDBOX_WORKERS)
+        llm = LlamaModel(model.path, n_ctx=cells, n_seq_max=MAX_SEQS_PER_BATCH, threads=threads, n_gpu_layers=layers)
         dtype = choose_dtype(cfg.train_dtype, device)
         base = load_base(model.path, default_cache_dir() / "torch", dtype=dtype, device=device)
         policy = attach_lora(base, lora_config(cfg.lora_rank, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_targets))
