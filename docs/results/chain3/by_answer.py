@@ -54,7 +54,7 @@ def main() -> None:
         by_key = {question_key(q): q for q in qs}
         share = collections.Counter(kind(q) for q in qs)
         cells = {"start": outcomes(sorted(glob.glob(f"{args.run}/start/seed-{seed}/agent-*.json")), by_key, args.model)}
-        for config, name in (("alone", "alone"), ("swarm_useful_fill_drop", "default")):
+        for config, name in (("alone", "alone"), ("swarm_useful_fill_drop", "default"), ("swarm_rare_fill_drop", "rare")):
             for r in [int(r) for r in args.rounds.split(",")]:
                 files = sorted(glob.glob(f"{args.run}/{config}/seed-{seed}/evals/agent-*-round-{r}.json"))
                 if files:
