@@ -35,6 +35,7 @@ from wire.power_rules import parse_schedule
 from wire.protocol import MAX_AGE_S, MAX_FORMAT_BONUS, swarm_name_problem
 
 TINY_PARAMS = 500_000_000  # below this, a model gets the "tiny" defaults
+EXTERNAL_SELECTIONS = ("uniform", "top", "useful", "rare")  # engine/sharing/selection.py ranks by each
 WEIGHT_CHOICES = ("auto", "as-is", "q4_0", "q8_0", "bf16")  # working formats (engine/models/working_copy.py)
 
 
@@ -419,7 +420,7 @@ def validate(cfg: NodeConfig) -> None:
         value = getattr(cfg, name)
         need(value is None or re.fullmatch(r"[0-9a-f]{64}", value) is not None,
              f"{name.replace('_', ' ')} must be 64 lowercase hex digits ({what}), got {str(value)[:80]!r}")
-    need(cfg.external_selection in ("uniform", "top", "useful", "rare"),
+    need(cfg.external_selection in EXTERNAL_SELECTIONS,
          f"external selection must be uniform, top, useful or rare, got {cfg.external_selection!r}")
     need(cfg.external_negatives in ("onpolicy", "drop", "topr"),
          f"external negatives must be onpolicy, drop or topr, got {cfg.external_negatives!r}")

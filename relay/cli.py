@@ -8,12 +8,12 @@ closed with 1001, stats flushed).
 from __future__ import annotations
 
 import argparse
-import math
 import asyncio
 import dataclasses
 import base64
 import binascii
 import logging
+import math
 import os
 import signal
 import sqlite3

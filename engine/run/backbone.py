@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.config import NodeConfig
 from engine.errors import SapoError
-from engine.models.modelfile import GGUFInfo
+from engine.models.modelfile import GGUFInfo, inspect_gguf
 from engine.models.prepare import PreparedModel
 from engine.paths import default_cache_dir
 
@@ -61,8 +61,6 @@ class Backbone:
         from engine.sandbox.workers import Sandbox
 
         import psutil
-
-        from engine.models.modelfile import inspect_gguf
 
         cfg.check_resolved()
         device = choose_device(cfg.device)

@@ -25,7 +25,9 @@ import random
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-SELECTIONS = ("uniform", "top", "useful", "rare")
+from engine.config import EXTERNAL_SELECTIONS
+
+SELECTIONS = EXTERNAL_SELECTIONS  # defined once, with the setting it checks
 UNKNOWN_ACCURACY = 0.5  # a task this node has not drawn yet: neither failed nor mastered
 ACCURACY_EMA = 0.3  # weight of the latest round in a task's running accuracy
 
