@@ -359,13 +359,13 @@ def test_workers_take_cells_seed_major_each_under_a_claim_no_one_else_holds(tmp_
 
 def test_a_cell_another_experiment_holds_is_left_to_it(tmp_path: Path, model_cache: Path):
     """Two experiments started on one --out: the second passes over the cell the first is running, says so, and
-    writes nothing into it."""
-    from engine.lab.experiment import claim
+    writes nothing into it; its relay takes a folder of its own, not the first one's worker-0."""
+    from engine.lab.experiment import claim, relay_folder
 
     out = tmp_path / "run"
     cell = out / "alone" / "seed-0"
-    with claim(cell) as mine:  # the first experiment, mid-cell
-        assert mine
+    with claim(cell) as mine, relay_folder(out / "relay", 0) as first:  # the first experiment, mid-cell
+        assert mine and first.name == "worker-0"
         done = subprocess.run([sys.executable, "-m", "engine", "experiment", "--out", str(out), "--configs", "alone",
                                "--agents", "1", "--rounds", "1", "--tasks", "basic_arithmetic", "--eval-per-task", "1",
                                "--max-tokens", "8", "--threads", "1"],
@@ -373,6 +373,8 @@ def test_a_cell_another_experiment_holds_is_left_to_it(tmp_path: Path, model_cac
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"not run here, another experiment on {out} holds them: alone seed 0" in done.stderr
     assert sorted(p.name for p in cell.iterdir()) == ["running.lock"]  # no meta, records or agents written
+    assert not (out / "relay" / "worker-0" / "relay.log").exists()
+    assert b"listening on" in (out / "relay" / "worker-1" / "relay.log").read_bytes()
 
 
 def test_the_progress_line_counts_the_whole_run_across_workers():

@@ -31,7 +31,7 @@ held-out set is the same 128 questions; ``--heldout-per-seed`` gives seed s a se
 
 Layout of ``--out DIR``::
 
-    relay/worker-<w>/                  # each worker's relay: its log and stats
+    relay/worker-<w>/                  # each worker's relay: its log and stats (a second run's workers take the next free)
     <config>/seed-<s>/meta.json        # what ran: agents, rounds, settings
     <config>/seed-<s>/records.jsonl    # one line per agent per round (and the final held-out eval)
     <config>/seed-<s>/agent-<k>/       # the agent's data dir: identity, checkpoints, adapters
@@ -298,6 +298,26 @@ def claim(cell: Path) -> Iterator[bool]:
         yield True  # released by closing the file
 
 
+@contextlib.contextmanager
+def relay_folder(root: Path, first: int) -> Iterator[Path]:
+    """A relay folder held for the block, ``worker-<first>`` or the next one no other process holds.
+
+    Two experiments on the same ``--out`` share its cells (``claim``); without this their workers of the same
+    index would share one relay folder, and the second relay, truncating the log, would hide the port the
+    first one's is read from.
+    """
+    w = first
+    while True:
+        folder = root / f"worker-{w}"
+        folder.mkdir(parents=True, exist_ok=True)
+        fh = try_lock(folder / "running.lock")
+        if fh is not None:
+            with fh:
+                yield folder
+            return
+        w += 1
+
+
 def workers_for(plan: Plan, workers: int) -> list[Plan]:
     """``workers`` copies of the plan, one per worker (never more than its cells); each takes cells as they come."""
     n = max(1, min(workers, len(plan.all_cells())))
@@ -466,15 +486,19 @@ def run_plan(plan: Plan, stream: Any = sys.stderr, shared: Progress | None = Non
     models, backbones = [loaded[i] for i in slot], [distinct[i] for i in slot]
     ran_on = machine(backbones[0], [m.path for m in models])  # once: the same for every cell of this worker
     progress = EtaPrinter(shared or Progress.start(agent_rounds_left(plan)), stream)
-    relay = RelayChild(plan.out / "relay" / f"worker-{plan.worker}")
     try:
-        for config, seed, overrides in cells:
-            cell = cell_dir(plan, config, seed)
-            with claim(cell) as mine:
-                if mine and not _finished(cell, plan.rounds):  # finished: counted out of the total at the start
-                    _run_claimed(plan, cell, config, seed, overrides, models, backbones, relay, ran_on, progress)
+        with relay_folder(plan.out / "relay", plan.worker) as folder:
+            relay = RelayChild(folder)
+            try:
+                for config, seed, overrides in cells:
+                    cell = cell_dir(plan, config, seed)
+                    with claim(cell) as mine:
+                        if mine and not _finished(cell, plan.rounds):  # finished: counted out of the total at the start
+                            _run_claimed(plan, cell, config, seed, overrides, models, backbones, relay, ran_on,
+                                         progress)
+            finally:
+                relay.close()
     finally:
-        relay.close()
         for b in distinct:
             b.close()
 
