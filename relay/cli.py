@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import sqlite3
 import sys
 import tempfile
@@ -52,12 +53,26 @@ def _port(text: str) -> int:
     return port
 
 
+def _host(text: str) -> str:
+    # An empty host would make asyncio listen on every interface: say so explicitly or not at all.
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name an interface: 127.0.0.1 for this machine, 0.0.0.0 for every one")
+    return text
+
+
+def _directory(text: str) -> Path:
+    if not text.strip():  # Path("") is the working directory: a stats database dropped wherever the relay started
+        raise argparse.ArgumentTypeError("must name a directory, not ''")
+    return Path(text)
+
+
 def _positive(kind: type[int] | type[float]):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+            whole = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {whole}, not {text!r}") from None
         if not 0 < value < math.inf:  # inf would switch a limit off (a hello timeout that never comes)
             raise argparse.ArgumentTypeError(f"must be a positive finite number, not {text}")
         return value
@@ -69,11 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = RelayConfig(data_dir=Path("."))
     pool = PoolLimits()
     ap = _Parser(prog=PROG, description="The SAPO Swarm relay: nodes share rollouts through it.")
-    ap.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
+    ap.add_argument("--host", type=_host, default="127.0.0.1", help="interface to listen on (default: %(default)s)")
     ap.add_argument("--port", type=_port, default=8765, help="TCP port, 0 for any free one (default: %(default)s)")
     ap.add_argument(
         "--data-dir",
-        type=Path,
+        type=_directory,
         default=Path(platformdirs.user_data_dir("sapo-relay")),
         help="where the stats database lives (default: %(default)s)",
     )
@@ -294,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: cannot open the stats database in {config.data_dir}: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        if isinstance(exc, socket.gaierror):  # its errno is a resolver code: os.strerror reads "Unknown error -2"
+            why = f"no such host or interface ({exc.strerror})"
+        else:
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
         print(f"{PROG}: cannot listen on {config.host}:{config.port}: {why}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown

@@ -46,6 +46,17 @@ def test_a_limit_is_positive_and_finite(flag: str, value: str, tmp_path: Path) -
     assert f"argument {flag}: must be a positive finite number, not {value}" in one_clear_line(done.stderr)
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--host", ""], "argument --host: must name an interface"),  # asyncio would listen on every interface
+    (["--data-dir", ""], "argument --data-dir: must name a directory"),  # it would be the working directory
+    (["--max-peers", "1.5"], "argument --max-peers: expected a whole number, not '1.5'"),
+])
+def test_an_empty_place_or_a_fraction_is_one_line_before_listening(args: list[str], words: str, tmp_path: Path) -> None:
+    done = relay_cli("--port", "0", "--data-dir", str(tmp_path), *args)
+    assert done.returncode == 2
+    assert words in one_clear_line(done.stderr)
+
+
 def test_port_in_use(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
