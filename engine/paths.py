@@ -22,6 +22,16 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("SAPO_CACHE_DIR") or platformdirs.user_cache_dir("sapo-swarm", appauthor=False))
 
 
+def path_arg(text: str) -> Path:
+    """argparse's type for a path. An empty one is refused: ``Path("")`` is the working directory, where an unset
+    shell variable would put a node's identity or an experiment's records."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return Path(text)
+
+
 def prepare_data_dir(path: Path | None) -> Path:
     """The data dir, created and checked writable (a one-line error otherwise)."""
     data_dir = (path or default_data_dir()).expanduser()

@@ -119,6 +119,18 @@ def test_unwritable_data_dir(tmp_path):
     assert_one_line_error(sapo("run", "--offline", "--data-dir", str(blocker / "sub")), "not writable")
 
 
+@pytest.mark.parametrize("args, name", [
+    (["identity", "--data-dir", ""], "--data-dir"), (["run", "--offline", "--data-dir", ""], "--data-dir"),
+    (["export", "", "--data-dir", "x"], "out"), (["experiment", "--out", ""], "--out"),
+    (["baseline", "--config", ""], "--config"),
+])
+def test_an_empty_path_is_refused_not_read_as_the_working_directory(tmp_path, args, name):
+    # `--data-dir "$UNSET"` made an identity in whatever directory the command ran from
+    proc = sapo(*args, cwd=tmp_path)
+    assert_one_line_error(proc, f"argument {name}: expected a path, got ''")
+    assert proc.returncode == 2 and list(tmp_path.iterdir()) == []
+
+
 def test_an_events_file_that_cannot_be_written(data, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

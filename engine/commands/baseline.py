@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.config import WEIGHT_CHOICES
 from engine.errors import SapoError
+from engine.paths import path_arg
 
 PROMPT_CHOICES = ("new", "old", "worked", "worked-nosys")
 # Questions decoded together. Not more: every sequence of a llama.cpp batch attends over all the
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser, whole: Any) -> None:
     p.add_argument("--model", help="catalog name or .gguf path (default: as `run` chooses)")
     p.add_argument("--preset", help="task preset: easy or paper (default: as `run` chooses for the model)")
     p.add_argument("--tasks", help="comma-separated reasoning-gym datasets (default: the preset's)")
-    p.add_argument("--config", type=Path, help="TOML settings file, as for `run` (e.g. [task_config.TASK] tables)")
+    p.add_argument("--config", type=path_arg, help="TOML settings file, as for `run` (e.g. [task_config.TASK] tables)")
     p.add_argument("--weights", default="auto", help=f"comma-separated working formats, each one of "
                    f"{', '.join(WEIGHT_CHOICES)} (as-is: the file as shipped)")
     p.add_argument("--prompts", default="new", help=f"comma-separated prompt styles, each one of {', '.join(PROMPT_CHOICES)}")

@@ -23,7 +23,7 @@ from typing import NoReturn, Sequence
 
 from engine.config import add_setting_flags
 from engine.errors import SapoError
-from engine.paths import prepare_data_dir
+from engine.paths import path_arg, prepare_data_dir
 
 PROG = "sapo-engine"
 
@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train this node (resumes from its last checkpoint)")
     run.add_argument("--rounds", type=_int, default=0, help="stop once this many rounds are done in total (0 = run until stopped)")
-    run.add_argument("--data-dir", type=Path, help="where identity, checkpoints and adapters live (default: the user data dir)")
+    run.add_argument("--data-dir", type=path_arg, help="where identity, checkpoints and adapters live (default: the user data dir)")
     run.add_argument("--events", help="also write events as JSON lines to this file ('-' = stdout)")
-    run.add_argument("--config", type=Path, help="TOML settings file; flags override it")
+    run.add_argument("--config", type=path_arg, help="TOML settings file; flags override it")
     run.add_argument("--quiet", action="store_true", help="no progress lines on the terminal")
     run.add_argument("--control", choices=["stdin"], help="read commands (pause, resume, stop, set_threads) as JSON lines")
     run.add_argument("--join", metavar="LINK", help="join a swarm by its invite link (sapo-swarm://join?... or its https "
@@ -77,18 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--events", choices=["-"], help="write download events as JSON lines on stdout")
 
     ident = sub.add_parser("identity", help="this node's id and name (made on first use)")
-    ident.add_argument("--data-dir", type=Path)
+    ident.add_argument("--data-dir", type=path_arg)
     ident.add_argument("--json", action="store_true", help="one JSON object (wire/models.py NodeIdentity)")
 
     exp = sub.add_parser("export", help="write the trained LoRA as a peft adapter and a llama.cpp GGUF adapter")
-    exp.add_argument("--data-dir", type=Path)
+    exp.add_argument("--data-dir", type=path_arg)
     exp.add_argument("--model", help="whose LoRA, when the data dir trained several models (default: the latest trained)")
-    exp.add_argument("out", type=Path)
+    exp.add_argument("out", type=path_arg)
 
     ver = sub.add_parser("verify", help="judge one group (a publish frame's group, as JSON) as this node would")
-    ver.add_argument("--config", type=Path, help="TOML settings file; flags override it")
+    ver.add_argument("--config", type=path_arg, help="TOML settings file; flags override it")
     add_setting_flags(ver)
-    ver.add_argument("group", type=Path, help="a JSON file holding one wire.protocol.Group")
+    ver.add_argument("group", type=path_arg, help="a JSON file holding one wire.protocol.Group")
 
     base = sub.add_parser("baseline", help="where RL starts: per task, greedy and sampled accuracy of the base "
                                            "model on the held-out set (weight formats, prompt styles side by side)")
@@ -103,10 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(xp)  # settings common to every configuration (e.g. --local 4 --external 4)
     xsub = xp.add_subparsers(dest="experiment_command", parser_class=_Parser)
     rep = xsub.add_parser("report", help="the paper-style table and reward plot of experiment runs")
-    rep.add_argument("dirs", type=Path, nargs="+",
+    rep.add_argument("dirs", type=path_arg, nargs="+",
                      help="run directories (--out of experiment); a configuration whose settings differ from the "
                           "first run's is named by the difference, e.g. 'alone [learning_rate 0.0002]'")
-    rep.add_argument("--plot", type=Path, help="where to write the plot (default: RUN_DIR/reward.png when the report reads one whole run; else none)")
+    rep.add_argument("--plot", type=path_arg, help="where to write the plot (default: RUN_DIR/reward.png when the report reads one whole run; else none)")
     rep.add_argument("--window", type=int, default=5, help="moving-average window in rounds")
     rep.add_argument("--seeds", type=_seed_list, help="comma-separated seeds to report (default: all)")
     rep.add_argument("--against", metavar="CONFIG",

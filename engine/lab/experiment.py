@@ -76,6 +76,7 @@ from typing import Any, Iterator
 from engine.config import NodeConfig, build_config, flag_settings, load_toml
 from engine.errors import SapoError
 from engine.locks import try_lock
+from engine.paths import default_threads, path_arg
 from engine.run.priority import apply_priority
 
 # Held-out questions per agent unless --eval-per-task says otherwise: at least 128 (a standard error of ~0.04 per
@@ -332,8 +333,6 @@ def agent_rounds_left(plan: Plan) -> int:
 def default_workers(cells: int, threads: int | None) -> int:
     """One worker per physical core's worth of threads, at most one per cell, and ~3 GB of free memory each."""
     import psutil
-
-    from engine.paths import default_threads
 
     by_cpu = default_threads() // (threads or 1)
     by_memory = int(psutil.virtual_memory().available // (3 << 30))
@@ -718,8 +717,8 @@ def _run_cell(cell: Path, config: str, seed: int, agents: list[Agent], rounds: i
 # --- command line -------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, help="run directory (records, checkpoints); rerun with it to resume")
-    p.add_argument("--config", type=Path,
+    p.add_argument("--out", type=path_arg, help="run directory (records, checkpoints); rerun with it to resume")
+    p.add_argument("--config", type=path_arg,
                    help="TOML settings file for every agent, as for `run` (e.g. [task_config.gcd] tables); flags "
                         "override it")
     p.add_argument("--agents", type=int, help="agents per configuration (default 4)")
