@@ -197,6 +197,25 @@ def test_no_records_is_a_clear_error(tmp_path: Path):
         load_runs([tmp_path])
 
 
+def test_records_without_a_round_or_with_a_broken_one_are_a_clear_error(tmp_path: Path):
+    cell = tmp_path / "alone" / "seed-0"
+    cell.mkdir(parents=True)
+    (cell / "records.jsonl").write_text('{"torn\n[1, 2]\n"a string"\n')  # JSON, but no record (was an IndexError)
+    with pytest.raises(SapoError, match="no experiment records"):
+        report([tmp_path])
+    with open(cell / "records.jsonl", "a") as fh:
+        fh.write(json.dumps({"type": "round", "config": "alone", "seed": 0}) + "\n")
+    with pytest.raises(SapoError, match="records.jsonl: a round record without agent, round, reward_mean"):
+        report([tmp_path])
+
+
+def test_a_plot_that_cannot_be_written_is_a_clear_error(run: Path):
+    blocker = run / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SapoError, match="cannot write the plot to .*a-file/reward.png: Not a directory"):
+        report([run], plot_path=blocker / "reward.png")
+
+
 def test_paired_interval_by_hand():
     # differences 1, 2, 3: mean 2, sd 1, se 1/sqrt(3), t(2) = 4.303
     iv = paired_interval([1.0, 2.0, 3.0])

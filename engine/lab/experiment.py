@@ -167,15 +167,17 @@ def agent_identity(k: int) -> Any:
 # --- records ----------------------------------------------------------------------------
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Complete JSON lines of a records file; a torn last line (a kill mid-write) is left out."""
+    """Complete JSON objects, one a line, of a records file; a torn last line (a kill mid-write) is left out."""
     if not path.exists():
         return []
     out = []
     for line in path.read_text().splitlines():
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
             continue
+        if isinstance(record, dict):  # a line of other JSON (a list, a number) is no record either
+            out.append(record)
     return out
 
 

@@ -143,6 +143,9 @@ SPEED = {"threads", "cpu_limit", "priority", "schedule", "pause_on_battery", "ma
          "shared_prefix", "train_memory_mb", "micro_batch", "device", "gpu_layers"}
 
 
+ROUND_KEYS = ("config", "seed", "agent", "round", "reward_mean")  # what every reading of a round record needs
+
+
 def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
     """Every round record under the directories, and each finished cell's held-out results by (config, seed).
 
@@ -165,7 +168,6 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
         for path in sorted(d.rglob("records.jsonl")):
             if "superseded" in path.relative_to(d).parts:  # a lost run's rounds, rerun since (engine/lab/experiment.py)
                 continue
-            found = True
             cell = path.parent.resolve()
             if cell in read:  # directories that overlap (a run and one of its cells): read each cell once
                 continue
@@ -173,6 +175,10 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
             rounds = [r for r in read_records(path) if r.get("type") == "round"]
             if not rounds:
                 continue
+            found = True
+            for r in rounds:
+                if missing := [k for k in ROUND_KEYS if k not in r]:
+                    raise SapoError(f"{path}: a round record without {', '.join(missing)}: not an experiment's records")
             config, seed = rounds[0]["config"], int(rounds[0]["seed"])
             settings = _cell_settings(path.parent)
             if (config, seed) in first_cell:
@@ -198,7 +204,7 @@ def load_runs(dirs: Iterable[Path]) -> tuple[list[dict[str, Any]], dict[tuple[st
             elif so_far := held_out_so_far(path.parent, seed):
                 evals[(name, seed)] = so_far | {"config": name}
     if not found:
-        raise SapoError(f"no experiment records (records.jsonl) under {', '.join(map(str, dirs))}")
+        raise SapoError(f"no experiment records (records.jsonl with a round) under {', '.join(map(str, dirs))}")
     return records, evals
 
 
@@ -811,4 +817,6 @@ def report(dirs: list[Path], plot_path: Path | None = None, window: int = 5, see
         text += f"\nplot: {out}\n"
     except ImportError:
         text += "\n(no plot: matplotlib is not installed; pip install matplotlib)\n"
+    except OSError as exc:
+        raise SapoError(f"cannot write the plot to {out}: {exc.strerror or exc}") from None
     return text
