@@ -371,7 +371,7 @@ def validate(cfg: NodeConfig) -> None:
     need(cfg.temperature > 0, f"temperature must be > 0, got {cfg.temperature}")
     need(cfg.top_k >= 0, f"top_k must be >= 0, got {cfg.top_k}")
     need(0 < cfg.top_p <= 1, f"top_p must be in (0, 1], got {cfg.top_p}")
-    need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be >= 1, got {cfg.threads}")
+    need(cfg.threads is None or 1 <= cfg.threads <= 1024, f"threads must be 1..1024, got {cfg.threads}")
     need(1 <= cfg.cpu_limit <= 100, f"cpu_limit must be 1..100 (percent), got {cfg.cpu_limit}")
     need(0 <= cfg.max_other_cpu <= 100, f"max_other_cpu must be 0..100 (percent; 0 = never), got {cfg.max_other_cpu}")
     need(cfg.priority in PRIORITIES, f"priority must be one of {', '.join(PRIORITIES)}, got {cfg.priority!r}")

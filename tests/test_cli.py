@@ -69,7 +69,8 @@ def test_unsupported_architecture(data, tmp_path):
     (["--rounds", "-3"], "rounds"),
     (["--rounds", "three"], "whole number"),
     (["--max-tokens", "0"], "max tokens"),
-    (["--threads", "0"], "threads"),
+    (["--threads", "0"], "threads must be 1..1024, got 0"),
+    (["--threads", "10000"], "threads must be 1..1024, got 10000"),  # said ">= 1" of 10000
     (["--cpu-limit", "0"], "cpu_limit must be 1..100"),
     (["--cpu-limit", "150"], "cpu_limit must be 1..100"),
     (["--priority", "high"], "priority must be one of low, normal"),
