@@ -59,6 +59,10 @@ def _start(tmp: Path, name: str, link: str, cache: Path, *flags: str) -> tuple[s
     return proc, events
 
 
+def trained_external(events: list[dict]) -> bool:
+    return any(e["type"] == "round" and e["external_groups"] > 0 for e in events)
+
+
 def _wait(path: Path, proc, ok, what: str, timeout: float = 1200) -> None:
     deadline = time.monotonic() + timeout
     while not ok(_events(path)):
@@ -78,19 +82,21 @@ def test_smollm2_and_gemma_join_by_invite_and_train_on_each_others_groups(tmp_pa
     digest = parse_invite(link).manifest_digest
     (tmp_path / "smol.toml").write_text("[task_config.basic_arithmetic]\nmax_digits = 2\n")  # its own value
     # The Gemma node starts first (its first round takes longest), so that the SmolLM2 node finds
-    # Gemma's groups waiting; it keeps running until it has trained on SmolLM2's, then stops cleanly
-    # (SIGTERM ends a node after the round in flight).
-    gemma, gemma_events = _start(tmp_path, "gemma", link, model_cache, "--model", str(gemma_gguf), "--rounds", "12")
+    # Gemma's groups waiting. Both run until each has trained on the other's groups, then stop cleanly
+    # (SIGTERM ends a node after the round in flight): a fixed count of SmolLM2 rounds could share too few
+    # (CI, stop 61: two rounds shared one group, and it was one of Gemma's held-out questions).
+    gemma, gemma_events = _start(tmp_path, "gemma", link, model_cache, "--model", str(gemma_gguf), "--rounds", "60")
     smol = None
     try:
         _wait(gemma_events, gemma, lambda evs: any(e["type"] == "round" and e.get("groups_shared", 0) > 0
                                                    for e in evs), "Gemma's first shared group")
         smol, smol_events = _start(tmp_path, "smol", link, model_cache, "--model", "smollm2-135m",
-                                   "--config", str(tmp_path / "smol.toml"), "--rounds", "2")
+                                   "--config", str(tmp_path / "smol.toml"), "--rounds", "60")
+        _wait(smol_events, smol, trained_external, "SmolLM2 to train on Gemma's groups")
+        _wait(gemma_events, gemma, trained_external, "Gemma to train on SmolLM2's groups")
+        for proc in (smol, gemma):
+            proc.send_signal(signal.SIGTERM)
         finish(smol)
-        _wait(gemma_events, gemma, lambda evs: any(e["type"] == "round" and e["external_groups"] > 0 for e in evs),
-              "Gemma to train on SmolLM2's groups")
-        gemma.send_signal(signal.SIGTERM)
         finish(gemma)
         # Only two nodes in this swarm: each one's adopted groups were reported by the other.
         c = SwarmClient(relay.url, "mixed", Identity.generate(), "x", None, on_status=lambda m: None)
