@@ -132,6 +132,17 @@ def test_an_empty_path_is_refused_not_read_as_the_working_directory(tmp_path, ar
     assert proc.returncode == 2 and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--join", ""], "invite link: the invite link is empty"),  # was read as "no link": a node alone
+    (["--join", "sapo-swarm://join?relay=ws://127.0.0.1:1"], "invite link: the invite link is truncated"),
+    (["--offline", "--join", "sapo-swarm://join?relay=ws://127.0.0.1:1"], "--join and --offline contradict"),
+])
+def test_a_bad_or_contradicted_invite_link_is_one_line_before_any_work(data, args, needle):
+    proc = sapo("run", "--data-dir", data, *args)
+    assert_one_line_error(proc, needle)
+    assert proc.returncode == 2 and not Path(data).exists()
+
+
 def test_an_events_file_that_cannot_be_written(data, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

@@ -67,7 +67,10 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
     if args.rounds < 0:
         raise SapoError(f"--rounds must be >= 0, got {args.rounds}")
     file_values = load_toml(args.config) if args.config else {}
-    cfg = build_config(file_values, {**invite_settings(getattr(args, "join", None)), **flag_settings(args)})
+    link = getattr(args, "join", None)
+    if link is not None and getattr(args, "offline", False):
+        raise SapoError("--join and --offline contradict each other: an invite link is for joining a swarm")
+    cfg = build_config(file_values, {**invite_settings(link), **flag_settings(args)})
     data_dir = prepare_data_dir(args.data_dir)
     # Held until this function returns (or the process ends): two nodes on one folder would overwrite each
     # other's checkpoints and adapters
@@ -168,10 +171,10 @@ def _run(args: argparse.Namespace, events: EventLog) -> int:
 
 def invite_settings(link: str | None) -> dict[str, Any]:
     """The settings an invite link (wire/invite.py) carries; a one-line SapoError for a bad link."""
-    if not link:
+    if link is None:
         return {}
     try:
-        invite = parse_invite(link)
+        invite = parse_invite(link)  # an empty link too: `--join "$LINK"` with LINK unset is a mistake, not "alone"
     except InviteError as exc:
         raise SapoError(f"invite link: {exc}") from None
     values: dict[str, Any] = {"relay": ",".join(invite.relays), "swarm": invite.swarm, "offline": False}
