@@ -31,6 +31,7 @@ the welcome and ``GET /swarms`` carry the signer, so a node that pins it follows
 from __future__ import annotations
 
 import importlib
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -130,7 +131,11 @@ def _entry(name: str, table: Any, relay_token: str | None, rg: Any) -> SwarmEntr
 
 def _field(message: str, raw: dict[str, Any]) -> str:
     """``$.tasks[1].ranges`` -> ``tasks.<dataset>.ranges``: the field as the operator wrote it."""
-    path = message.rpartition(" - at `$.")[2].rstrip("`")
+    _, at, path = message.rpartition(" - at `$.")
+    if not at:  # at the top: "Object missing required field `completions`" names no path
+        missing = re.search(r"missing required field `([^`]+)`", message)
+        return missing.group(1) if missing else "manifest"
+    path = path.rstrip("`")
     if path.startswith("tasks[") and "]" in path:
         index, _, rest = path[6:].partition("]")
         try:

@@ -100,6 +100,13 @@ def test_a_bad_file_stops_the_relay_with_one_line_naming_swarm_and_field(tmp_pat
     assert swarm in str(err.value) and field in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_required_field_left_out_is_named_once(tmp_path):
+    # msgspec names no path for a top-level field: it was read as the path, "completions: Object missing ... `completions"
+    with pytest.raises(ValueError) as err:
+        load_swarms(_file(tmp_path, GOOD.replace("completions = 4\n", "", 1)))
+    assert str(err.value) == "swarm 'arithmetic': completions: Object missing required field `completions`"
+
+
 def test_sapo_relay_exits_2_on_a_bad_manifest(tmp_path):
     bad = _file(tmp_path, GOOD.replace("[1, 2]", "[1, 9]"))
     done = subprocess.run([sys.executable, "-m", "relay", "--port", "0", "--data-dir", str(tmp_path / "d"),
