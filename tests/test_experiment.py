@@ -394,6 +394,27 @@ def test_the_progress_line_counts_the_whole_run_across_workers():
     assert w1.getvalue().startswith("[2/8 agent-rounds, 1m40s elapsed, ETA 5m00s] b")
 
 
+def test_the_eta_follows_the_recent_pace_not_a_slow_start():
+    """A start evaluation of 1,000 s, then agent-rounds of 10 s: the ETA soon reads 10 s a round left."""
+    import io
+
+    from engine.lab.experiment import PACE_WINDOW, EtaPrinter, Progress
+
+    now = [1000.0]
+    shared = Progress.start(200)
+    shared.t0 = 0.0
+    out = io.StringIO()
+    eta = EtaPrinter(shared, out, clock=lambda: now[0])
+    eta.tick("first")  # 1,000 s for one agent-round: the whole run's pace so far
+    for k in range(PACE_WINDOW + 5):
+        now[0] += 10
+        eta.tick(f"round {k}")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[1/200 agent-rounds, 16m40s elapsed, ETA 55h16m]")  # 199 x 1,000 s
+    left = 200 - (PACE_WINDOW + 6)
+    assert lines[-1].startswith(f"[{200 - left}/200 agent-rounds, 24m10s elapsed, ETA {left * 10 // 60}m{left * 10 % 60:02d}s]")
+
+
 def test_a_start_evaluation_of_another_held_out_set_is_refused(tmp_path: Path, model_cache: Path):
     """Every configuration of a seed shares its start evaluations: a later run asking another held-out set into the
     same --out (another draw, or another --eval-per-task) must not pair its ends with them."""
