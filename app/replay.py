@@ -41,7 +41,10 @@ def parse_lines(lines: list[bytes]) -> Replay:
         if not line.strip():
             continue
         try:
-            raw = msgspec.json.decode(line)
+            try:
+                raw = msgspec.json.decode(line)
+            except RecursionError:  # nested deeper than Python's stack: not an event either
+                raise msgspec.DecodeError("JSON nested too deeply") from None
             if isinstance(raw, dict) and raw.get("type") == "start":
                 line = msgspec.json.encode(_upgrade_start(raw))
             event = ev.decode_event(line)

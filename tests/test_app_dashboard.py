@@ -78,9 +78,9 @@ def test_replay_reads_the_old_learning_curve_file():
 
 def test_replay_skips_what_is_not_an_event():
     lines = [b'{"type": "status", "message": "hi", "time": 1}', b"garbage", b'{"type": "round", "round": 1',
-             b'{"type": "a_future_event"}', b"", b'[1, 2]']
+             b'{"type": "a_future_event"}', b"", b'[1, 2]', b"[" * 200_000]  # the last one was a RecursionError
     replay = parse_lines(lines)
-    assert [type(e) for e in replay.events] == [ev.Status] and replay.skipped == 3
+    assert [type(e) for e in replay.events] == [ev.Status] and replay.skipped == 4
 
 
 def test_replay_window_shows_the_run(qtbot):

@@ -3,6 +3,9 @@ as the ``history`` event the app rebuilds its charts from. Plain files, no model
 
 from __future__ import annotations
 
+import msgspec
+import pytest
+
 from engine.run.event_log import EventLog
 from engine.run.history import HistoryFile, lineage
 from wire import events as ev
@@ -37,6 +40,25 @@ def test_rounds_and_evaluations_are_kept_and_read_back_up_to_the_resumed_round(t
     assert history.load(0).events == []  # a fresh start has no past
     (tmp_path / "events.jsonl").open("a").write('{"type": "round", "round": 4, "rew')  # torn by a crash
     assert _rounds(history.load(9)) == [1, 2, 3]
+
+
+def test_a_line_nested_past_the_stack_is_skipped_like_any_damaged_line(tmp_path):
+    # msgspec recurses into free-form fields: a RecursionError went past `except msgspec.DecodeError` and stopped
+    # the node at start, reading its own history
+    history = HistoryFile(tmp_path)
+    log = EventLog()
+    log.add(history.record)
+    log.emit(_round(1))
+    with (tmp_path / "events.jsonl").open("a") as fh:
+        fh.write("[" * 200_000 + "\n")
+        fh.write('{"type": "start", "settings": {"x": ' + "[" * 200_000 + "}}\n")
+    log.emit(_round(2))
+    assert _rounds(history.load(2)) == [1, 2]
+    deep = '{"type": "start", "settings": {"x": ' + "[" * 200_000
+    with pytest.raises(msgspec.DecodeError, match="nested too deeply"):
+        ev.decode_event(deep)
+    with pytest.raises(msgspec.DecodeError, match="nested too deeply"):
+        ev.decode_command('{"type": "threads", "n": ' + "[" * 200_000)
 
 
 def test_a_restart_from_an_earlier_round_replaces_the_later_ones():

@@ -430,14 +430,29 @@ def decode_event(line: str | bytes) -> AnyEvent | None:
     try:
         return _event_decoder.decode(line)
     except msgspec.ValidationError:
-        if _tag_decoder.decode(line).type not in _KNOWN_EVENTS:
+        if _unnested(_tag_decoder.decode, line).type not in _KNOWN_EVENTS:
             return None  # a newer engine's event type: skip it
         raise
+    except RecursionError:
+        raise _too_deep() from None
 
 
 def decode_command(line: str | bytes) -> AnyCommand:
     """One command; raises ``msgspec.DecodeError`` with a readable message on a bad line."""
-    return _command_decoder.decode(line)
+    return _unnested(_command_decoder.decode, line)
+
+
+def _too_deep() -> msgspec.DecodeError:
+    # msgspec recurses into nested arrays and objects where a field is free-form (a start event's settings):
+    # a line of 100,000 "[" raised RecursionError, past every caller's `except msgspec.DecodeError`.
+    return msgspec.DecodeError("JSON nested too deeply")
+
+
+def _unnested(decode: Any, line: str | bytes) -> Any:
+    try:
+        return decode(line)
+    except RecursionError:
+        raise _too_deep() from None
 
 
 def to_dict(event: Event) -> dict[str, Any]:
