@@ -92,6 +92,35 @@ def test_a_job_no_cpu_limit_ends_is_killed_by_the_wall_clock_and_the_worker_repl
         w.kill()
 
 
+# Code that has taken a worker over (a scorer's, past the first wall) writes to the parent's reply pipe itself: a
+# reply nested 300,000 deep, in a field the parent does not know.
+DEEP_REPLY = """
+import sys
+frame = sys._getframe()
+while "replies" not in frame.f_locals:
+    frame = frame.f_back
+frame.f_locals["replies"].write(b'{"id": 1, "x": ' + b"[" * 300_000 + b"}\\n")
+frame.f_locals["replies"].flush()
+"""
+
+
+def test_a_worker_that_answers_json_nested_past_the_stack_is_replaced():
+    """msgspec recursed into the reply and raised RecursionError, which went past the parent's DecodeError handler
+    and up through the node's round; now the worker is killed, its job failed and a fresh one takes over."""
+    w = _SleepyWorker(DEFAULT_MEMORY_MB)
+    w.start()
+    try:
+        w.wait_ready()
+        spec = _question("basic_arithmetic").spec
+        r = w.call(Job(spec, ["1"]), 10.0, probe=DEEP_REPLY)
+        assert r.reason == "worker_died" and r.scores == [0.0]
+        assert w.proc is None or w.proc.poll() is not None
+        again = w.call(Job(spec, []), 10.0, probe="result = 6 * 7")
+        assert again.reason == "ok: 42"
+    finally:
+        w.kill()
+
+
 def test_a_worker_that_cannot_live_is_a_clear_result():
     q = _question("basic_arithmetic")
     with Sandbox(workers=1, timeout_s=5.0, memory_mb=16) as sb:  # too little to even load reasoning-gym

@@ -328,7 +328,7 @@ class _Worker:
             line = self._read(STARTUP_TIMEOUT_S)
             try:
                 ready = msgspec.json.decode(line or b"", type=_Ready)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 raise BrokenPipeError("the worker did not start") from None
             if ready.unjailed and ready.unjailed != self.unjailed:  # said once, not at every restart
                 for why in ready.unjailed:
@@ -361,7 +361,7 @@ class _Worker:
             return failed(job, "timeout" if rc in _CPU_DEATHS else "worker_died", time.perf_counter() - t0)
         try:
             reply = self._decoder.decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # msgspec recurses into an unknown field's nesting
             self.kill()
             return failed(job, "worker_died", time.perf_counter() - t0)
         if reply.id != self.next_id:  # out of step: never trust this process again
