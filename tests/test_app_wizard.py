@@ -263,7 +263,8 @@ def test_a_relays_list_of_swarms_is_read_with_bounds():
     listed = decode_swarm_list(b'{"swarms": [{"swarm": "s", "tasks": ["gcd"], "digest": "ab", "peers_online": 2}]}')
     assert listed[0].swarm == "s" and listed[0].peers_online == 2  # a field the app does not use is ignored
     for body, why in ((b"<html>", "does not read"), (b'{"swarms": [{"swarm": "no spaces"}]}', "does not read"),
-                      (b" " * (MAX_LIST_BYTES + 1), "over 256 KiB")):
+                      (b" " * (MAX_LIST_BYTES + 1), "over 256 KiB"),
+                      (b'{"swarms": [], "x": ' + b"[" * 5000 + b"}", "nested too deeply")):  # was a RecursionError
         with pytest.raises(ValueError, match=why):
             decode_swarm_list(body)
 

@@ -60,3 +60,5 @@ def decode_swarm_list(body: bytes) -> list[PublicSwarm]:
         return list(_decoder.decode(body).swarms)
     except msgspec.DecodeError as exc:  # ValidationError is one
         raise ValueError(f"the relay's list of swarms does not read: {exc}") from None
+    except RecursionError:  # msgspec recurses into an unknown field's nesting: a few KiB of "[" reach the limit
+        raise ValueError("the relay's list of swarms does not read: JSON nested too deeply") from None
