@@ -121,6 +121,50 @@ def test_a_worker_that_answers_json_nested_past_the_stack_is_replaced():
         w.kill()
 
 
+def test_the_parent_reads_a_bounded_part_of_what_a_worker_writes():
+    """A worker taken over could write without end: one endless line, or lines it was not asked for. The reader
+    keeps at most a reply's length, or MAX_PENDING_LINES lines, then b"" (no reply: the caller kills the worker)."""
+    import io
+    import queue
+
+    from engine.sandbox.workers import MAX_PENDING_LINES, MAX_REPLY_BYTES, _pump
+
+    def pumped(data: bytes) -> tuple[list[bytes | None], int]:
+        stream, lines = io.BytesIO(data), queue.Queue()
+        _pump(stream, lines)
+        return [lines.get_nowait() for _ in range(lines.qsize())], stream.tell()
+
+    got, read = pumped(b"x" * 50_000_000)
+    assert got == [b"", None] and read == MAX_REPLY_BYTES + 1  # not the 50 MB
+    got, read = pumped(b'{"id": 1}\n' * 1_000_000)
+    assert got == [b'{"id": 1}\n'] * MAX_PENDING_LINES + [b"", None] and read < 100
+    assert pumped(b'{"ready": 1}\n{"id": 1}\n') == ([b'{"ready": 1}\n', b'{"id": 1}\n', None], 23)  # as asked
+
+
+ENDLESS_LINE = """
+import sys
+frame = sys._getframe()
+while "replies" not in frame.f_locals:
+    frame = frame.f_back
+for _ in range(100):  # 100 MB with no end of line
+    frame.f_locals["replies"].write(b"x" * 1_000_000)
+"""
+
+
+def test_a_worker_that_writes_an_endless_line_is_replaced():
+    w = _SleepyWorker(DEFAULT_MEMORY_MB)
+    w.start()
+    try:
+        w.wait_ready()
+        spec = _question("basic_arithmetic").spec
+        r = w.call(Job(spec, ["1"]), 10.0, probe=ENDLESS_LINE)
+        assert r.reason == "worker_died" and r.scores == [0.0]
+        again = w.call(Job(spec, []), 10.0, probe="result = 6 * 7")
+        assert again.reason == "ok: 42"
+    finally:
+        w.kill()
+
+
 def test_a_worker_that_cannot_live_is_a_clear_result():
     q = _question("basic_arithmetic")
     with Sandbox(workers=1, timeout_s=5.0, memory_mb=16) as sb:  # too little to even load reasoning-gym

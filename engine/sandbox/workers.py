@@ -51,6 +51,11 @@ DEFAULT_TIMEOUT_S = 2 * JOB_CPU_S
 DEFAULT_MEMORY_MB = 1536  # a worker with reasoning-gym loaded uses ~200 MB of address space
 STARTUP_TIMEOUT_S = 120.0  # importing reasoning-gym takes ~1 s on an idle machine
 MAX_JOB_CPU_S = 60
+# What the parent reads of a worker: a reply is a few scores and a reason, far under MAX_REPLY_BYTES, and the protocol
+# has one line out at a time (the ready line, then a reply per request). A worker taken over by the code it runs
+# could write without end; the parent's memory stays bounded by these two.
+MAX_REPLY_BYTES = 1 << 16
+MAX_PENDING_LINES = 2
 # Variables a worker keeps from the node's environment: what Python needs to start and find its code
 # (LD_LIBRARY_PATH: a Python built elsewhere may need it to load; SYSTEMROOT, TEMP: Windows').
 WORKER_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE",
@@ -391,9 +396,16 @@ _CPU_DEATHS = _signals("SIGXCPU", "SIGKILL")  # SIGKILL: the hard CPU limit
 
 
 def _pump(stream: BinaryIO, lines: queue.Queue[bytes | None]) -> None:
-    """Reader thread: the worker's reply lines into a queue (portable: no select on Windows pipes)."""
+    """Reader thread: the worker's reply lines into a queue (portable: no select on Windows pipes).
+
+    A line longer than any reply, or a line while MAX_PENDING_LINES wait unasked for, ends the reading: b"" is
+    queued (no reply decodes from it, so the caller kills that worker) and the worker is read no further.
+    """
     try:
-        for line in stream:
+        while line := stream.readline(MAX_REPLY_BYTES + 1):
+            if len(line) > MAX_REPLY_BYTES or lines.qsize() >= MAX_PENDING_LINES:
+                lines.put(b"")
+                break
             lines.put(line)
     except (OSError, ValueError):
         pass
