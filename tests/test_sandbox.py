@@ -165,6 +165,36 @@ def test_a_worker_that_writes_an_endless_line_is_replaced():
         w.kill()
 
 
+# A taken-over worker answers the request in flight itself (its id read from the worker's loop), with SCORES.
+FORGED_REPLY = """
+import sys
+frame = sys._getframe()
+while "replies" not in frame.f_locals:
+    frame = frame.f_back
+reply = b'{"id": %d, "result": {"scores": %s}}\\n' % (frame.f_locals["req"].id, SCORES)
+frame.f_locals["replies"].write(reply)
+frame.f_locals["replies"].flush()
+"""
+
+
+@pytest.mark.parametrize("scores, reason", [
+    (b"[5.0]", "worker_died"),  # a reward outside [0, 1] went into the node's advantages
+    (b"[1.0, 1.0]", "worker_died"),  # two scores for one answer: zip() paired them with the wrong completions
+    (b"[-1e308]", "worker_died"),
+    (b"[1.0]", None),  # a lie within the bounds is not seen here: the jail is what keeps a worker honest
+])
+def test_a_forged_reply_outside_a_replys_bounds_kills_the_worker(scores, reason):
+    w = _SleepyWorker(DEFAULT_MEMORY_MB)
+    w.start()
+    try:
+        w.wait_ready()
+        spec = _question("basic_arithmetic").spec
+        r = w.call(Job(spec, ["1"]), 10.0, probe=FORGED_REPLY.replace("SCORES", repr(scores)))
+        assert r.reason == reason and r.scores == ([0.0] if reason else [1.0])
+    finally:
+        w.kill()
+
+
 def test_a_worker_that_cannot_live_is_a_clear_result():
     q = _question("basic_arithmetic")
     with Sandbox(workers=1, timeout_s=5.0, memory_mb=16) as sb:  # too little to even load reasoning-gym

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import msgspec
 
@@ -82,12 +82,17 @@ class Job(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Result(msgspec.Struct, frozen=True):
-    """Task scores in [0, 1], one per answer; ``reason`` None when the job ran to the end."""
+    """Task scores in [0, 1], one per answer; ``reason`` None when the job ran to the end.
 
-    scores: list[float]
-    reason: str | None = None  # bad_spec, question_mismatch, answer_mismatch, timeout, worker_died
-    key: str | None = None  # the regenerated question's content key (engine.tasks.questions.content_key)
-    seconds: float = 0.0
+    The bounds are checked where a worker's reply is decoded (a worker taken over may write anything): a score
+    outside [0, 1], or a reason or key longer than any a worker makes, is no reply."""
+
+    scores: list[Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]]
+    # bad_spec, question_mismatch, answer_mismatch, timeout, worker_died, error: <type>; a probe's answer in tests
+    reason: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    # the regenerated question's content key (engine.tasks.questions.content_key)
+    key: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    seconds: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
 
     @property
     def ok(self) -> bool:
@@ -221,14 +226,14 @@ def _give_cpu(pid: int, seconds: int) -> bool:
     return True
 
 
-def _run_probe(code: str) -> Result:
+def _run_probe(code: str, job: Job) -> Result:
     """Tests only: ``code`` run where a scorer runs (its ``result`` or its exception comes back as the reason)."""
     space: dict[str, Any] = {}
     try:
         exec(code, space)  # noqa: S102 - reached only with PROBES_ENV, which no node sets
     except BaseException as exc:  # noqa: BLE001 - what the jail refused is the answer
-        return Result([], f"{type(exc).__name__}: {exc}"[:500])
-    return Result([], f"ok: {space.get('result')!r}"[:500])
+        return failed(job, f"{type(exc).__name__}: {exc}"[:500])
+    return failed(job, f"ok: {space.get('result')!r}"[:500])
 
 
 def serve(memory_mb: int) -> None:
@@ -268,7 +273,7 @@ def serve(memory_mb: int) -> None:
             _cpu_budget(req.cpu_s)
         try:
             if req.probe is not None:
-                result = _run_probe(req.probe) if probes else failed(req.job, "probe_refused")
+                result = _run_probe(req.probe, req.job) if probes else failed(req.job, "probe_refused")
             else:
                 result = run_job(req.job)
         except Exception as exc:  # noqa: BLE001 - a bug or MemoryError: this job fails, the worker goes on
@@ -365,11 +370,12 @@ class _Worker:
             rc = self._reap()
             return failed(job, "timeout" if rc in _CPU_DEATHS else "worker_died", time.perf_counter() - t0)
         try:
-            reply = self._decoder.decode(line)
+            reply = self._decoder.decode(line)  # a score outside [0, 1] too (Result's bounds)
         except (msgspec.DecodeError, RecursionError):  # msgspec recurses into an unknown field's nesting
             self.kill()
             return failed(job, "worker_died", time.perf_counter() - t0)
-        if reply.id != self.next_id:  # out of step: never trust this process again
+        # out of step, or a score for each answer it was not asked: never trust this process again
+        if reply.id != self.next_id or len(reply.result.scores) != len(job.answers):
             self.kill()
             return failed(job, "worker_died", time.perf_counter() - t0)
         return reply.result
