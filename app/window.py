@@ -139,6 +139,9 @@ class MainWindow(QMainWindow):
         self.model.state = "replay"
         if skipped:
             self.model.message = f"{skipped} lines of the file were not events and were skipped"
+        elif not self.model.message and self.model.node_name:  # the line under the headline says whose run it was
+            ended = f"; it ended: {self.model.stop_reason}" if self.model.stop_reason else ""
+            self.model.message = f"Recorded by {self.model.node_name}, training {self.model.model}{ended}"
         self.setWindowTitle(f"SAPO Swarm — {title}")
         self.dashboard.set_controls("stopped", replay=True)
         for act in (self.act_start, self.act_pause, self.act_finish, self.act_stop):

@@ -92,6 +92,7 @@ def test_replay_window_shows_the_run(qtbot):
     window.show_replay(replay.events, "replay")
     d = window.dashboard
     assert d.status.text() == "Replay of a finished run — round 40 of 40"
+    assert d.message.text().startswith("Recorded by ")  # not a blank line under the headline
     assert d.card_round.value.text() == "40 / 40"
     assert d.card_test.value.text() == "26 %"  # the last practice test of that run
     assert len(window.dashboard.progress_chart._reward_avg.getData()[0]) == 40
