@@ -75,6 +75,18 @@ class _SleepyWorker(_Worker):
         return {**super().environment(), PROBES_ENV: "1"}
 
 
+@pytest.fixture
+def prober():
+    """A started worker that runs test probes, and a spec to send it; killed after the test."""
+    w = _SleepyWorker(DEFAULT_MEMORY_MB)
+    w.start()
+    try:
+        w.wait_ready()
+        yield w, _question("basic_arithmetic").spec
+    finally:
+        w.kill()
+
+
 def test_a_job_no_cpu_limit_ends_is_killed_by_the_wall_clock_and_the_worker_replaced():
     w = _SleepyWorker(DEFAULT_MEMORY_MB)
     w.start()
@@ -104,21 +116,14 @@ frame.f_locals["replies"].flush()
 """
 
 
-def test_a_worker_that_answers_json_nested_past_the_stack_is_replaced():
+def test_a_worker_that_answers_json_nested_past_the_stack_is_replaced(prober):
     """msgspec recursed into the reply and raised RecursionError, which went past the parent's DecodeError handler
     and up through the node's round; now the worker is killed, its job failed and a fresh one takes over."""
-    w = _SleepyWorker(DEFAULT_MEMORY_MB)
-    w.start()
-    try:
-        w.wait_ready()
-        spec = _question("basic_arithmetic").spec
-        r = w.call(Job(spec, ["1"]), 10.0, probe=DEEP_REPLY)
-        assert r.reason == "worker_died" and r.scores == [0.0]
-        assert w.proc is None or w.proc.poll() is not None
-        again = w.call(Job(spec, []), 10.0, probe="result = 6 * 7")
-        assert again.reason == "ok: 42"
-    finally:
-        w.kill()
+    w, spec = prober
+    r = w.call(Job(spec, ["1"]), 10.0, probe=DEEP_REPLY)
+    assert r.reason == "worker_died" and r.scores == [0.0]
+    assert w.proc is None or w.proc.poll() is not None
+    assert w.call(Job(spec, []), 10.0, probe="result = 6 * 7").reason == "ok: 42"
 
 
 def test_the_parent_reads_a_bounded_part_of_what_a_worker_writes():
@@ -151,18 +156,11 @@ for _ in range(100):  # 100 MB with no end of line
 """
 
 
-def test_a_worker_that_writes_an_endless_line_is_replaced():
-    w = _SleepyWorker(DEFAULT_MEMORY_MB)
-    w.start()
-    try:
-        w.wait_ready()
-        spec = _question("basic_arithmetic").spec
-        r = w.call(Job(spec, ["1"]), 10.0, probe=ENDLESS_LINE)
-        assert r.reason == "worker_died" and r.scores == [0.0]
-        again = w.call(Job(spec, []), 10.0, probe="result = 6 * 7")
-        assert again.reason == "ok: 42"
-    finally:
-        w.kill()
+def test_a_worker_that_writes_an_endless_line_is_replaced(prober):
+    w, spec = prober
+    r = w.call(Job(spec, ["1"]), 10.0, probe=ENDLESS_LINE)
+    assert r.reason == "worker_died" and r.scores == [0.0]
+    assert w.call(Job(spec, []), 10.0, probe="result = 6 * 7").reason == "ok: 42"
 
 
 # A taken-over worker answers the request in flight itself (its id read from the worker's loop), with SCORES.
@@ -183,16 +181,10 @@ frame.f_locals["replies"].flush()
     (b"[-1e308]", "worker_died"),
     (b"[1.0]", None),  # a lie within the bounds is not seen here: the jail is what keeps a worker honest
 ])
-def test_a_forged_reply_outside_a_replys_bounds_kills_the_worker(scores, reason):
-    w = _SleepyWorker(DEFAULT_MEMORY_MB)
-    w.start()
-    try:
-        w.wait_ready()
-        spec = _question("basic_arithmetic").spec
-        r = w.call(Job(spec, ["1"]), 10.0, probe=FORGED_REPLY.replace("SCORES", repr(scores)))
-        assert r.reason == reason and r.scores == ([0.0] if reason else [1.0])
-    finally:
-        w.kill()
+def test_a_forged_reply_outside_a_replys_bounds_kills_the_worker(prober, scores, reason):
+    w, spec = prober
+    r = w.call(Job(spec, ["1"]), 10.0, probe=FORGED_REPLY.replace("SCORES", repr(scores)))
+    assert r.reason == reason and r.scores == ([0.0] if reason else [1.0])
 
 
 def test_a_worker_that_cannot_live_is_a_clear_result():
