@@ -113,7 +113,7 @@ def main() -> None:
         node = sum(total[("rare", s)][0] for s in both) / sum(total[("default", s)][0] for s in both)
         held = m >= 0.02 and lo > 0
         print(f"\nRule 1 over seeds {','.join(map(str, both))} ({len(diffs)} pairs): held-out at round 40 {m:+.3f}, "
-              f"lower bound {lo:+.3f} (asks >= +0.02 and > 0): {'yes' if held else 'no'}; total reward "
+              f"lower bound {lo:+.4f} (asks >= +0.02 and > 0): {'yes' if held else 'no'}; total reward "
               f"{node:.3f}x the default's (asks >= 0.97x): {'yes' if node >= 0.97 else 'no'}"
               + ("" if len(both) == len(SEEDS) else " -- not all three seeds yet: no decision"))
 
