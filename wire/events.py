@@ -428,13 +428,11 @@ def decode_event(line: str | bytes) -> AnyEvent | None:
     event at all: the caller decides whether that is fatal (it is not, for the GUI).
     """
     try:
-        return _event_decoder.decode(line)
+        return _unnested(_event_decoder.decode, line)
     except msgspec.ValidationError:
         if _unnested(_tag_decoder.decode, line).type not in _KNOWN_EVENTS:
             return None  # a newer engine's event type: skip it
         raise
-    except RecursionError:
-        raise _too_deep() from None
 
 
 def decode_command(line: str | bytes) -> AnyCommand:
